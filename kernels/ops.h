@@ -1,0 +1,162 @@
+/* ops.h: the one op table. The model, the generation engine and the trainer
+ * call compute only through these functions, so the same code runs on the CPU
+ * backend (fp32, the numerical reference, *_cpu.c) and the CUDA backend (bf16
+ * storage with fp32 accumulation, *.cu). Each op dispatches on ctx->device.
+ *
+ * Conventions (DESIGN.md §3):
+ * - Raw pointers and explicit sizes; all matrices are row-major.
+ * - "act" buffers (activations, parameters, their gradients w.r.t.
+ *   activations) are in the backend's storage type: float on CPU, bf16 on CUDA.
+ *   They are passed as void*. Buffers typed float* are fp32 on both backends
+ *   (norm statistics, logsumexps, per-token logprobs, parameter gradients,
+ *   fp32 master weights and AdamW moments).
+ * - Parameter gradients are fp32 and backward ops ACCUMULATE into them (+=),
+ *   so gradient accumulation over micro-batches needs no extra pass.
+ *   Gradients w.r.t. inputs (dx) are OVERWRITTEN unless the name says _acc.
+ * - No op allocates; temporary space comes from ctx->scratch.
+ * - Pointers live on the ctx's device; ops never copy to the host except the
+ *   few that return a host scalar (ops_sumsq), which synchronise. */
+#ifndef DK_OPS_H
+#define DK_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+typedef enum { DK_DEVICE_CPU = 0, DK_DEVICE_CUDA = 1 } dk_device;
+
+typedef struct ops_ctx {
+    dk_device device;
+    int gpu;              /* CUDA device ordinal */
+    void *stream;         /* cudaStream_t */
+    void *blaslt;         /* cublasLtHandle_t */
+    void *blaslt_ws;      /* cuBLASLt workspace */
+    size_t blaslt_ws_size;
+    void *scratch;        /* temporary space for ops (device memory) */
+    size_t scratch_size;
+} ops_ctx;
+
+/* ---- context and memory --------------------------------------------------- */
+
+/* Creates a context on a device; CUDA fails (DK_ERR_RUNTIME, message says why)
+ * where the binary was built without CUDA or no GPU is visible. */
+dk_status ops_ctx_init(ops_ctx *ctx, dk_device device, int gpu, size_t scratch_bytes);
+void ops_ctx_free(ops_ctx *ctx);
+int ops_cuda_available(void); /* 1 when a CUDA GPU can be used */
+const char *ops_device_name(dk_device d);
+dk_status ops_parse_device(const char *s, dk_device *out);
+
+size_t ops_act_size(const ops_ctx *ctx); /* bytes per act element: 4 CPU, 2 CUDA */
+void *ops_alloc(ops_ctx *ctx, size_t bytes); /* zeroed; aborts on OOM */
+void ops_free(ops_ctx *ctx, void *p);
+void ops_zero(ops_ctx *ctx, void *p, size_t bytes);
+void ops_sync(ops_ctx *ctx);
+/* Host <-> device copies of raw bytes. */
+void ops_upload(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);
+void ops_download(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
+/* fp32 host array <-> act device array (converts to / from the storage type). */
+void ops_upload_act(ops_ctx *ctx, void *dst, const float *src_host, size_t n);
+void ops_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n);
+/* Device-side casts between fp32 and act. */
+void ops_cast_f32_to_act(ops_ctx *ctx, void *dst, const float *src, size_t n);
+void ops_cast_act_to_f32(ops_ctx *ctx, float *dst, const void *src, size_t n);
+
+/* ---- elementwise -------------------------------------------------------------- */
+
+void ops_add(ops_ctx *ctx, void *y, const void *x, size_t n);  /* y += x (act) */
+void ops_scale_f32(ops_ctx *ctx, float *x, size_t n, float s); /* x *= s */
+/* Sum of squares of an fp32 buffer, returned to the host (synchronises). */
+double ops_sumsq(ops_ctx *ctx, const float *x, size_t n);
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+/* C[M,N] = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T.
+ * A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K] when trans_b).
+ * A and B are act; C is act, or fp32 when c_f32 (parameter gradients).
+ * A linear layer y = x W^T is ops_matmul(y, x, W, T, out, in, 0, 1, ...). */
+void ops_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
+                int trans_a, int trans_b, float alpha, float beta);
+/* y[N,C] += bias[C] (act); backward: dbias[C] += sum over rows of dy. */
+void ops_bias_forward(ops_ctx *ctx, void *y, const void *bias, int N, int C);
+void ops_bias_backward(ops_ctx *ctx, float *dbias, const void *dy, int N, int C);
+
+/* ---- embedding --------------------------------------------------------------- */
+
+/* out[t,:] = table[ids[t],:]; ids are int32 on the ctx's device. */
+void ops_embedding_forward(ops_ctx *ctx, void *out, const int32_t *ids, const void *table, int T, int C);
+/* dtable[ids[t],:] += dout[t,:], deterministic (fixed summation order). */
+void ops_embedding_backward(ops_ctx *ctx, float *dtable, const void *dout, const int32_t *ids, int T, int C);
+
+/* ---- normalisation ----------------------------------------------------------- */
+
+/* RMSNorm over rows of length C: out = x * rstd * w, rstd[N] fp32 saved.
+ * Also used per head for Qwen3's q/k norm (N = tokens * heads, C = head_dim). */
+void ops_rmsnorm_forward(ops_ctx *ctx, void *out, float *rstd, const void *x, const void *w, int N, int C,
+                         float eps);
+void ops_rmsnorm_backward(ops_ctx *ctx, void *dx, float *dw, const void *dout, const void *x, const void *w,
+                          const float *rstd, int N, int C);
+/* LayerNorm: out = (x - mean) * rstd * w + b; b may be NULL. */
+void ops_layernorm_forward(ops_ctx *ctx, void *out, float *mean, float *rstd, const void *x, const void *w,
+                           const void *b, int N, int C, float eps);
+void ops_layernorm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const void *dout, const void *x,
+                            const void *w, const float *mean, const float *rstd, int N, int C);
+
+/* ---- rotary embedding -------------------------------------------------------- */
+
+/* In place on x[T, H, D] with the "rotate half" pairing (i, i + D/2) that
+ * Qwen, Llama and HF use: angle = pos[t] * theta^(-2i/D). pos is int32 on the
+ * device (positions restart at 0 for each packed sequence). Backward is the
+ * same rotation with the opposite angle, applied to the gradient in place. */
+void ops_rope_forward(ops_ctx *ctx, void *x, const int32_t *pos, int T, int H, int D, float theta);
+void ops_rope_backward(ops_ctx *ctx, void *dx, const int32_t *pos, int T, int H, int D, float theta);
+
+/* ---- attention --------------------------------------------------------------- */
+
+/* Causal GQA attention over packed variable-length sequences.
+ * q[T, Hq, D], k and v [T, Hkv, D], out[T, Hq, D]; Hq % Hkv == 0, query head h
+ * reads kv head h / (Hq / Hkv). Sequence s is tokens cu_seqlens[s] ..
+ * cu_seqlens[s+1]-1 (int32, device). lse[Hq, T] fp32 (natural log) is saved
+ * for the backward. scale is usually 1/sqrt(D). */
+void ops_attention_forward(ops_ctx *ctx, void *out, float *lse, const void *q, const void *k, const void *v,
+                           const int32_t *cu_seqlens, int n_seqs, int T, int Hq, int Hkv, int D, float scale);
+void ops_attention_backward(ops_ctx *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                            const void *k, const void *v, const void *out, const float *lse,
+                            const int32_t *cu_seqlens, int n_seqs, int T, int Hq, int Hkv, int D, float scale);
+
+/* ---- MLP --------------------------------------------------------------------- */
+
+/* gu[N, 2I] holds [gate | up] per row (one matmul with the stacked weight);
+ * out[N, I] = silu(gate) * up. */
+void ops_swiglu_forward(ops_ctx *ctx, void *out, const void *gu, int N, int I);
+void ops_swiglu_backward(ops_ctx *ctx, void *dgu, const void *dout, const void *gu, int N, int I);
+
+/* ---- fused lm head ----------------------------------------------------------- */
+
+/* For each token t with hidden h[t, C] and head W[V, C]:
+ *   z = (h[t] . W^T) * inv_temp, logprob[t] = z[target[t]] - logsumexp(z),
+ *   entropy[t] = -sum softmax(z) log softmax(z), lse[t] = logsumexp(z).
+ * Computed over vocabulary chunks of `chunk` columns with an online
+ * logsumexp, so tokens x V logits are never materialised; scratch must hold
+ * T x chunk floats. Tokens with target < 0 get logprob 0 (they are masked);
+ * entropy may be NULL when not wanted. */
+void ops_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy, float *lse, const void *h, const void *W,
+                        const int32_t *target, int T, int C, int V, float inv_temp, int chunk);
+/* Given dL/dlogprob[t] and (optionally, may be NULL) dL/dentropy[t], writes
+ * dh[T, C] (overwrite) and accumulates dW[V, C] (fp32), recomputing each
+ * chunk's logits. Needs lse and, when dentropy is given, entropy from the
+ * forward. */
+void ops_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogprob, const float *dentropy,
+                         const void *h, const void *W, const int32_t *target, const float *lse,
+                         const float *entropy, int T, int C, int V, float inv_temp, int chunk);
+
+/* ---- optimizer ---------------------------------------------------------------- */
+
+/* One AdamW step over n elements (decoupled weight decay, bias correction at
+ * step t >= 1). master[n] fp32 is the truth; param (act) receives its cast.
+ * On the CPU backend master may equal param (both fp32). grad is scaled by
+ * grad_scale first (global-norm clipping and loss scaling), then left as is. */
+void ops_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, float *m, float *v, size_t n,
+               float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);
+
+#endif

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs everything drkernel needs to build and test on a
+# Debian machine (DESIGN.md §11): the Debian packages and a Python venv .venv
+# with torch, triton and numpy for the KernelGym harness, plus transformers,
+# tokenizers and sentencepiece for the scripts that regenerate test fixtures.
+# Idempotent: a second run checks and returns in seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(cmake gcc g++ make pkg-config python3-venv
+      libopenmpi-dev openmpi-bin
+      libhiredis-dev redis-server
+      libcjson-dev libinih-dev libpcre2-dev
+      libsentencepiece-dev libopenblas-dev)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: apt packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The venv: the harness (torch, triton, numpy) and the fixture scripts.
+py_pkgs=(torch triton numpy safetensors transformers tokenizers sentencepiece)
+stamp=.venv/.drkernel-deps
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${py_pkgs[*]}" ]; then
+  echo "install-deps: python venv .venv: ${py_pkgs[*]}"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q "${py_pkgs[@]}"
+  echo "${py_pkgs[*]}" > "$stamp"
+fi
+echo "install-deps: ok"
