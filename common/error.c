@@ -22,7 +22,10 @@ dk_status dk_wrap(dk_status code, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, dk_msg, sizeof old);
-    snprintf(dk_msg, sizeof dk_msg, "%s%s", prefix, old);
+    size_t np = strlen(prefix);
+    if (np >= sizeof dk_msg) np = sizeof dk_msg - 1;
+    memcpy(dk_msg, prefix, np);
+    snprintf(dk_msg + np, sizeof dk_msg - np, "%.*s", (int)(sizeof dk_msg - np - 1), old);
     return code;
 }
 

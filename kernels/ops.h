@@ -117,7 +117,11 @@ void ops_rope_backward(ops_ctx *ctx, void *dx, const int32_t *pos, int T, int H,
  * q[T, Hq, D], k and v [T, Hkv, D], out[T, Hq, D]; Hq % Hkv == 0, query head h
  * reads kv head h / (Hq / Hkv). Sequence s is tokens cu_seqlens[s] ..
  * cu_seqlens[s+1]-1 (int32, device). lse[Hq, T] fp32 (natural log) is saved
- * for the backward. scale is usually 1/sqrt(D). */
+ * for the backward. scale is usually 1/sqrt(D). Tokens after cu_seqlens[n_seqs]
+ * (padding) get out = 0, lse = 0 and zero gradients. The backward recomputes
+ * probabilities from lse and sums dk/dv over a group's query heads in head
+ * order, so it is deterministic. CPU scratch: 2 * min(64, L) * L floats for
+ * the longest sequence L. */
 void ops_attention_forward(ops_ctx *ctx, void *out, float *lse, const void *q, const void *k, const void *v,
                            const int32_t *cu_seqlens, int n_seqs, int T, int Hq, int Hkv, int D, float scale);
 void ops_attention_backward(ops_ctx *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q,
@@ -126,10 +130,10 @@ void ops_attention_backward(ops_ctx *ctx, void *dq, void *dk, void *dv, const vo
 
 /* ---- MLP --------------------------------------------------------------------- */
 
-/* gu[N, 2I] holds [gate | up] per row (one matmul with the stacked weight);
- * out[N, I] = silu(gate) * up. */
-void ops_swiglu_forward(ops_ctx *ctx, void *out, const void *gu, int N, int I);
-void ops_swiglu_backward(ops_ctx *ctx, void *dgu, const void *dout, const void *gu, int N, int I);
+/* gu[N, 2*inter] holds [gate | up] per row (one matmul with the stacked weight);
+ * out[N, inter] = silu(gate) * up. */
+void ops_swiglu_forward(ops_ctx *ctx, void *out, const void *gu, int N, int inter);
+void ops_swiglu_backward(ops_ctx *ctx, void *dgu, const void *dout, const void *gu, int N, int inter);
 
 /* ---- fused lm head ----------------------------------------------------------- */
 
@@ -145,7 +149,8 @@ void ops_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy, float *lse
 /* Given dL/dlogprob[t] and (optionally, may be NULL) dL/dentropy[t], writes
  * dh[T, C] (overwrite) and accumulates dW[V, C] (fp32), recomputing each
  * chunk's logits. Needs lse and, when dentropy is given, entropy from the
- * forward. */
+ * forward. Masked tokens (target < 0) get no gradient at all, entropy term
+ * included. */
 void ops_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogprob, const float *dentropy,
                          const void *h, const void *W, const int32_t *target, const float *lse,
                          const float *entropy, int T, int C, int V, float inv_temp, int chunk);

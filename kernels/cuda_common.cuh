@@ -1,0 +1,138 @@
+/* cuda_common.cuh: what every CUDA source of the op table shares: the check
+ * macros (a CUDA or cuBLAS failure aborts with file:line, as llm.c does: such
+ * a failure means a broken device or a programming error, not bad input),
+ * 16-byte bf16 vectors and their fp32 conversions, warp and block reductions,
+ * and launch helpers that size grids from the multiprocessor count.
+ *
+ * The memory-bound kernels move 16 bytes per thread and access (8 bf16 or 4
+ * fp32) when every pointer is 16-byte aligned and the row length allows it,
+ * and fall back to a scalar path otherwise: parameter views inside a flat
+ * layer buffer are not always aligned in small test configs. */
+#ifndef DK_CUDA_COMMON_CUH
+#define DK_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "kernels/ops_cuda.h"
+
+#define CUDA_CHECK(call)                                                                            \
+    do {                                                                                            \
+        cudaError_t cuda_check_e_ = (call);                                                         \
+        if (cuda_check_e_ != cudaSuccess)                                                           \
+            dk_abort_at(__FILE__, __LINE__, "CUDA error %s: %s (%s)", cudaGetErrorName(cuda_check_e_), \
+                        cudaGetErrorString(cuda_check_e_), #call);                                  \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                          \
+    do {                                                                                            \
+        cublasStatus_t cublas_check_s_ = (call);                                                    \
+        if (cublas_check_s_ != CUBLAS_STATUS_SUCCESS)                                               \
+            dk_abort_at(__FILE__, __LINE__, "cuBLAS error %d: %s (%s)", (int)cublas_check_s_,         \
+                        cublasLtGetStatusString(cublas_check_s_), #call);                           \
+    } while (0)
+
+/* After every launch: a bad configuration is reported at its call site. */
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+typedef __nv_bfloat16 bf16;
+
+static inline cudaStream_t ctx_stream(const ops_ctx *ctx) { return (cudaStream_t)ctx->stream; }
+
+/* Multiprocessor count of the ctx's GPU (memory.cu caches it per device). */
+int cuda_sm_count(const ops_ctx *ctx);
+/* Drops matmul.cu's cache of cuBLASLt descriptors and algorithms; memory.cu
+ * calls it when the last context is freed. */
+void cuda_matmul_cache_clear(void);
+
+/* Scratch of at least `bytes`, or an abort that names the op: the context
+ * reserves CUDA_MIN_SCRATCH, which covers every op's need at model sizes. */
+static inline void *ctx_scratch(const ops_ctx *ctx, size_t bytes, const char *op) {
+    if (bytes > ctx->scratch_size)
+        DK_ABORT("%s: needs %zu bytes of scratch, the context holds %zu", op, bytes, ctx->scratch_size);
+    return ctx->scratch;
+}
+
+static inline int is_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+static inline unsigned int div_up(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
+
+/* Blocks for a grid-stride kernel over `work` items of `per_block` each:
+ * enough to fill every multiprocessor several times, never more than needed. */
+static inline unsigned int grid_for(const ops_ctx *ctx, size_t work, unsigned int per_block, int waves) {
+    size_t need = (work + per_block - 1) / per_block;
+    size_t cap = (size_t)cuda_sm_count(ctx) * (size_t)waves;
+    size_t g = need < cap ? need : cap;
+    return (unsigned int)(g > 0 ? g : 1);
+}
+
+/* ---- device helpers ------------------------------------------------------------ */
+
+#ifdef __CUDACC__
+
+/* 8 bf16 in one 16-byte register group. */
+union bf16x8 {
+    uint4 u;
+    __nv_bfloat162 h2[4];
+    bf16 h[8];
+};
+
+__device__ __forceinline__ void bf16x8_to_f32(const uint4 &u, float f[8]) {
+    bf16x8 v;
+    v.u = u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 p = __bfloat1622float2(v.h2[i]);
+        f[2 * i] = p.x;
+        f[2 * i + 1] = p.y;
+    }
+}
+
+/* Round-to-nearest-even, as every store of an act value. */
+__device__ __forceinline__ uint4 f32_to_bf16x8(const float f[8]) {
+    bf16x8 v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) v.h2[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return v.u;
+}
+
+/* Loads that bypass L1 allocation for data read exactly once. */
+__device__ __forceinline__ uint4 ld_stream(const void *p) { return __ldcs((const uint4 *)p); }
+__device__ __forceinline__ void st_stream(void *p, uint4 v) { __stcs((uint4 *)p, v); }
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over aligned groups of `width` lanes (a power of two <= 32): every lane
+ * of the group receives the group's sum, in the same order on every run. */
+template <typename T>
+__device__ __forceinline__ T group_sum(T v, int width) {
+    for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the whole block (blockDim.x a multiple of 32, <= 1024); every
+ * thread gets the result. `sh` holds 32 values; it may be reused after the
+ * call returns (the trailing barrier protects it). */
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    T s = lane < nw ? sh[lane] : (T)0;
+    s = warp_sum(s);
+    __syncthreads();
+    return s;
+}
+
+#endif /* __CUDACC__ */
+
+#endif

@@ -1,0 +1,28 @@
+/* device.cu: CUDA runtime queries behind device.h. Compiled by nvcc for
+ * sm_90a + PTX with the rest of the CUDA sources. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+extern "C" {
+#include "kernels/device.h"
+}
+
+extern "C" int device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no device" error */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int device_describe(int ordinal, char *buf, size_t n) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, ordinal) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    snprintf(buf, n, "%s, sm_%d%d, %.1f GiB, %d SMs", p.name, p.major, p.minor,
+             (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.multiProcessorCount);
+    return 0;
+}

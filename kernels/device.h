@@ -1,0 +1,14 @@
+/* device.h: what GPUs this process can see, for start-up banners and for
+ * tests that must skip (exit 77) where there is no GPU. Works in every build:
+ * without nvcc it reports zero devices. */
+#ifndef DK_DEVICE_H
+#define DK_DEVICE_H
+
+#include <stddef.h>
+
+/* Number of usable CUDA devices (0 without a driver, a GPU or CUDA support). */
+int device_count(void);
+/* "NVIDIA H200, sm_90, 139.8 GiB, 132 SMs" into buf; returns 0 on success. */
+int device_describe(int ordinal, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,170 @@
+/* matmul.cu: C = alpha * op(A) @ op(B) + beta * C through cuBLASLt, bf16 A and
+ * B, fp32 accumulation, C in bf16 or (c_f32, parameter gradients) fp32.
+ *
+ * cuBLASLt is column-major. A row-major [R, S] matrix is, byte for byte, the
+ * column-major [S, R] matrix, its transpose; so the row-major product
+ * C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T, with
+ * the roles of A and B swapped and the transposes kept.
+ *
+ * Building the descriptors and asking the heuristic for an algorithm costs
+ * tens of microseconds, more than a small matmul itself, and a training step
+ * repeats the same few dozen shapes; so each shape's descriptors and chosen
+ * algorithm are kept in a small process-wide table. The key includes the
+ * pointers' alignment, because cuBLASLt picks vectorised kernels only for
+ * aligned operands and the choice must stay valid for the next call. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_common.cuh"
+
+typedef struct {
+    int used;
+    int gpu, M, N, K, ta, tb, c_f32;
+    unsigned align_a, align_b, align_c;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our b), B (our a), C = D */
+    cublasLtMatmulAlgo_t algo;
+} mm_plan;
+
+#define MM_CACHE 512 /* power of two */
+
+static mm_plan mm_cache[MM_CACHE];
+static pthread_mutex_t mm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Largest power of two (up to 16) that divides the address. */
+static unsigned ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    unsigned al = 16;
+    while (al > 1 && (a & (al - 1))) al >>= 1;
+    return al;
+}
+
+static int plan_matches(const mm_plan *p, const mm_plan *k) {
+    return p->used && p->gpu == k->gpu && p->M == k->M && p->N == k->N && p->K == k->K && p->ta == k->ta &&
+           p->tb == k->tb && p->c_f32 == k->c_f32 && p->align_a == k->align_a && p->align_b == k->align_b &&
+           p->align_c == k->align_c;
+}
+
+static unsigned plan_hash(const mm_plan *k) {
+    uint64_t h = 1469598103934665603ull;
+    int v[] = {k->gpu, k->M, k->N, k->K, k->ta, k->tb, k->c_f32, (int)k->align_a, (int)k->align_b, (int)k->align_c};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) h = (h ^ (uint64_t)(unsigned)v[i]) * 1099511628211ull;
+    return (unsigned)(h ^ (h >> 32));
+}
+
+static void plan_destroy(mm_plan *p) {
+    if (!p->used) return;
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+/* Descriptors and the heuristic's first algorithm for the key's shape. */
+static void plan_build(const ops_ctx *ctx, mm_plan *p) {
+    const int M = p->M, N = p->N, K = p->K;
+    cublasOperation_t op_a = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our b */
+    cublasOperation_t op_b = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    /* Stored shapes, column-major: our b is [K,N] row-major = [N,K] col-major
+     * (or [N,K] row-major = [K,N] col-major when transposed); likewise a. */
+    if (p->tb) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, K, N, K));
+    else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, N, K, N));
+    if (p->ta) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, M, K, M));
+    else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, K, M, K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, p->c_f32 ? CUDA_R_32F : CUDA_R_16BF, N, M, N));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = ctx->blaslt_ws_size;
+    uint32_t al_a = p->align_b, al_b = p->align_a, al_c = p->align_c;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                                      sizeof al_a));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                                      sizeof al_b));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                                      sizeof al_c));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                                      sizeof al_c));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)ctx->blaslt, p->op, p->la, p->lb, p->lc, p->lc,
+                                                pref, 1, &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found < 1)
+        DK_ABORT("ops_matmul: cuBLASLt has no algorithm for M=%d N=%d K=%d trans_a=%d trans_b=%d c_f32=%d "
+                 "(alignment a %u b %u c %u bytes)",
+                 M, N, K, p->ta, p->tb, p->c_f32, p->align_a, p->align_b, p->align_c);
+    p->algo = res.algo;
+    p->used = 1;
+}
+
+extern "C" void cuda_matmul_cache_clear(void) {
+    pthread_mutex_lock(&mm_lock);
+    for (int i = 0; i < MM_CACHE; i++) plan_destroy(&mm_cache[i]);
+    pthread_mutex_unlock(&mm_lock);
+}
+
+/* C = beta * C for K == 0 (the product is empty); beta == 0 writes zeros
+ * without reading C, as the GEMM itself would. */
+__global__ void scale_bf16(bf16 *c, size_t n, float beta) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        c[i] = __float2bfloat16_rn(beta * __bfloat162float(c[i]));
+}
+
+extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
+                            int trans_a, int trans_b, float alpha, float beta) {
+    if (M < 0 || N < 0 || K < 0) DK_ABORT("ops_matmul: negative size M=%d N=%d K=%d", M, N, K);
+    if (M == 0 || N == 0) return;
+    cudaStream_t st = ctx_stream(ctx);
+    if (K == 0) {
+        size_t n = (size_t)M * N;
+        if (beta == 0.0f) cuda_zero(ctx, c, n * (c_f32 ? sizeof(float) : sizeof(bf16)));
+        else if (c_f32) cuda_scale_f32(ctx, (float *)c, n, beta);
+        else {
+            scale_bf16<<<grid_for(ctx, n, 256, 8), 256, 0, st>>>((bf16 *)c, n, beta);
+            CUDA_LAUNCH_CHECK();
+        }
+        return;
+    }
+
+    mm_plan key;
+    memset(&key, 0, sizeof key);
+    key.gpu = ctx->gpu, key.M = M, key.N = N, key.K = K;
+    key.ta = trans_a ? 1 : 0, key.tb = trans_b ? 1 : 0, key.c_f32 = c_f32 ? 1 : 0;
+    key.align_a = ptr_align(a), key.align_b = ptr_align(b), key.align_c = ptr_align(c);
+
+    mm_plan local, *plan = NULL;
+    pthread_mutex_lock(&mm_lock);
+    unsigned h = plan_hash(&key);
+    for (int probe = 0; probe < 16; probe++) {
+        mm_plan *slot = &mm_cache[(h + probe) & (MM_CACHE - 1)];
+        if (plan_matches(slot, &key)) {
+            plan = slot;
+            break;
+        }
+        if (!slot->used) {
+            *slot = key;
+            plan_build(ctx, slot);
+            plan = slot;
+            break;
+        }
+    }
+    if (!plan) { /* the table's neighbourhood is full: plan this call alone */
+        local = key;
+        plan_build(ctx, &local);
+    }
+    /* Copy out under the lock; descriptors stay valid until the last context
+     * is freed, which cannot happen during a call on a live one. */
+    mm_plan use = plan ? *plan : local;
+    pthread_mutex_unlock(&mm_lock);
+
+    CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)ctx->blaslt, use.op, &alpha, b, use.la, a, use.lb, &beta, c, use.lc,
+                                c, use.lc, &use.algo, ctx->blaslt_ws, ctx->blaslt_ws_size, st));
+    if (!plan) plan_destroy(&local);
+}
