@@ -1,0 +1,26 @@
+/* lr_schedule.c: warmup + decay schedules. Warmup ramps linearly from lr/warmup
+ * to lr (step 0 already trains); decay runs from the end of warmup to the last
+ * step, reaching min_lr exactly there. */
+#include "trainer/lr_schedule.h"
+
+#include <math.h>
+#include <string.h>
+
+double lr_at(const lr_schedule *s, int step) {
+    if (s->warmup_steps > 0 && step < s->warmup_steps) return s->lr * (double)(step + 1) / s->warmup_steps;
+    if (s->kind == LR_CONSTANT) return s->lr;
+    int span = s->total_steps - s->warmup_steps - 1;
+    double p = span > 0 ? (double)(step - s->warmup_steps) / span : 1.0;
+    if (p < 0) p = 0;
+    if (p > 1) p = 1;
+    double f = s->kind == LR_COSINE ? 0.5 * (1.0 + cos(3.14159265358979323846 * p)) : 1.0 - p;
+    return s->min_lr + (s->lr - s->min_lr) * f;
+}
+
+int lr_kind_parse(const char *name, lr_kind *out) {
+    if (!strcmp(name, "cosine")) *out = LR_COSINE;
+    else if (!strcmp(name, "linear")) *out = LR_LINEAR;
+    else if (!strcmp(name, "constant")) *out = LR_CONSTANT;
+    else return -1;
+    return 0;
+}

@@ -1,0 +1,24 @@
+/* metrics.h: the run's metrics log, one JSON object per line in
+ * RUN_DIR/metrics.jsonl, written and flushed at every step so a crash loses
+ * nothing and a plotting tool can tail it. */
+#ifndef DK_METRICS_H
+#define DK_METRICS_H
+
+#include <stdio.h>
+
+#include "common/error.h"
+
+typedef struct {
+    FILE *f;
+    char line[8192];
+    int len;
+} metrics_log;
+
+dk_status metrics_open(metrics_log *m, const char *run_dir, int append);
+void metrics_begin(metrics_log *m, int step);
+void metrics_add(metrics_log *m, const char *key, double value);
+void metrics_add_str(metrics_log *m, const char *key, const char *value);
+void metrics_end(metrics_log *m); /* writes the line and flushes */
+void metrics_close(metrics_log *m);
+
+#endif

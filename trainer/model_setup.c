@@ -1,0 +1,41 @@
+/* model_setup.c: device, tokenizer and model for a run, with the checks that
+ * tie them together (the tokenizer's ids must fit the embedding table). */
+#include "trainer/model_setup.h"
+
+#include <stdio.h>
+#include <string.h>
+
+dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens) {
+    memset(r, 0, sizeof *r);
+    model_config mc;
+    DK_TRY(config_model(cfg, &mc));
+
+    dk_status st = tokenizer_load(cfg->tokenizer.path, &r->tok);
+    if (st != DK_OK) return dk_wrap(DK_ERR_USAGE, "[tokenizer] path: ");
+    DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, 0, model_scratch_bytes(&mc, max_tokens)));
+    r->ctx_ready = 1;
+    DK_TRY(model_create(&r->model, &mc, &r->ctx, max_tokens, cfg->train.recompute == DK_RECOMPUTE_LAYER));
+    r->model_ready = 1;
+    if (cfg->model.path[0]) {
+        st = model_load_hf(&r->model, cfg->model.path);
+        if (st != DK_OK) return dk_wrap(st, "[model] path = %s: ", cfg->model.path);
+    } else {
+        model_init_random(&r->model, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
+    }
+    /* Checked after loading so a bad checkpoint is reported as what it is. */
+    int tv = tokenizer_vocab_size(r->tok);
+    if (tv > mc.vocab_size)
+        return dk_fail(DK_ERR_USAGE, "%s has %d tokens but the model's vocab_size is %d: ids would overflow the embedding",
+                       cfg->tokenizer.path, tv, mc.vocab_size);
+    printf("model: %s, %d layers, hidden %d, %d heads (%d kv), vocab %d, %.2fM parameters, %.1f MB on %s\n",
+           model_arch_name(mc.arch), mc.n_layers, mc.hidden_size, mc.n_heads, mc.n_kv_heads, mc.vocab_size,
+           model_config_n_params(&mc) / 1e6, model_device_bytes(&r->model) / 1e6, ops_device_name(cfg->run.device));
+    return DK_OK;
+}
+
+void run_setup_free(run_setup *r) {
+    if (r->model_ready) model_free(&r->model);
+    if (r->ctx_ready) ops_ctx_free(&r->ctx);
+    if (r->tok) tokenizer_free(r->tok);
+    memset(r, 0, sizeof *r);
+}

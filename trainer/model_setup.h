@@ -1,0 +1,23 @@
+/* model_setup.h: what every run mode does first: the compute context on the
+ * configured device, the tokenizer, and the model with its weights (loaded
+ * from model.path or initialised from run.seed), planned for a token budget. */
+#ifndef DK_MODEL_SETUP_H
+#define DK_MODEL_SETUP_H
+
+#include "data/tokenizer.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "trainer/config.h"
+
+typedef struct {
+    ops_ctx ctx;
+    tokenizer *tok;
+    model model;
+    int ctx_ready, model_ready;
+} run_setup;
+
+/* max_tokens: the largest packed batch a forward will see. */
+dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens);
+void run_setup_free(run_setup *r);
+
+#endif

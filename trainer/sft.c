@@ -1,0 +1,152 @@
+/* sft.c: the SFT loop. Each optimizer step takes batch_size conversations in
+ * a keyed shuffled order, splits them into grad_accum packed micro-batches
+ * (variable-length sequences, no padding), and minimises the mean negative
+ * log-likelihood of the assistant tokens over the whole step: every target
+ * token weighs the same whichever micro-batch it falls in. */
+#include "trainer/sft.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "data/sft_data.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/metrics.h"
+#include "trainer/model_setup.h"
+#include "trainer/optim.h"
+
+/* Host staging for one packed micro-batch. */
+typedef struct {
+    int32_t *tokens, *targets, *cu;
+    float *dlogprob, *logprob;
+    int T, n_seqs, n_targets;
+} packed;
+
+static void pack(packed *p, const sft_dataset *ds, const int *idx, int n) {
+    p->T = 0;
+    p->n_seqs = n;
+    p->n_targets = 0;
+    p->cu[0] = 0;
+    for (int s = 0; s < n; s++) {
+        const sft_example *e = &ds->ex[idx[s]];
+        for (int i = 0; i < e->n; i++) {
+            int t = p->T + i;
+            p->tokens[t] = e->ids[i];
+            p->targets[t] = (i + 1 < e->n && e->mask[i + 1]) ? e->ids[i + 1] : -1;
+            p->n_targets += p->targets[t] >= 0;
+        }
+        p->T += e->n;
+        p->cu[s + 1] = p->T;
+    }
+}
+
+dk_status sft_run(const dk_config *cfg) {
+    const int B = cfg->train.batch_size, A = cfg->train.grad_accum, per_micro = B / A;
+    const int max_tokens = per_micro * cfg->data.max_length;
+    run_setup r;
+    dk_status st = run_setup_init(&r, cfg, max_tokens);
+    if (st != DK_OK) {
+        run_setup_free(&r);
+        return st;
+    }
+    sft_dataset ds;
+    st = sft_dataset_load(&ds, cfg->data.train, r.tok, cfg->data.max_length);
+    if (st != DK_OK) {
+        run_setup_free(&r);
+        return dk_wrap(st, "[data] train: ");
+    }
+    printf("data: %s: %d conversations, %ld tokens (dropped: %d longer than %d tokens, %d without assistant tokens)\n",
+           cfg->data.train, ds.n, ds.n_tokens, ds.n_too_long, cfg->data.max_length, ds.n_no_target);
+
+    model *m = &r.model;
+    ops_ctx *ctx = &r.ctx;
+    optim_config oc = {(float)cfg->train.beta1, (float)cfg->train.beta2, (float)cfg->train.eps,
+                       (float)cfg->train.weight_decay, (float)cfg->train.grad_clip};
+    optim opt;
+    optim_init(&opt, ctx, &oc, &m->cfg, &m->params);
+    lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps,
+                         cfg->run.steps};
+    metrics_log ml;
+    st = metrics_open(&ml, cfg->run.dir, 0);
+    if (st != DK_OK) goto done;
+
+    packed p;
+    p.tokens = dk_malloc((size_t)max_tokens * sizeof(int32_t));
+    p.targets = dk_malloc((size_t)max_tokens * sizeof(int32_t));
+    p.cu = dk_malloc((size_t)(per_micro + 1) * sizeof(int32_t));
+    p.dlogprob = dk_malloc((size_t)max_tokens * sizeof(float));
+    p.logprob = dk_malloc((size_t)max_tokens * sizeof(float));
+    int *idx = dk_malloc((size_t)B * sizeof(int));
+
+    for (int step = 0; step < cfg->run.steps; step++) {
+        double t0 = dk_now();
+        double lr = lr_at(&sched, step);
+        for (int i = 0; i < B; i++) idx[i] = sft_dataset_index(&ds, (uint64_t)cfg->run.seed, (long)step * B + i);
+        /* Count the step's target tokens first: the loss is their mean. */
+        long n_targets = 0, n_tokens = 0;
+        for (int i = 0; i < B; i++) {
+            const sft_example *e = &ds.ex[idx[i]];
+            for (int j = 1; j < e->n; j++) n_targets += e->mask[j];
+            n_tokens += e->n;
+        }
+        model_zero_grad(m);
+        double nll = 0.0;
+        for (int a = 0; a < A; a++) {
+            pack(&p, &ds, idx + a * per_micro, per_micro);
+            model_batch b = {p.T, p.n_seqs, p.tokens, NULL, p.cu, p.targets};
+            st = model_forward(m, &b, 1.0f);
+            if (st != DK_OK) goto done_loop;
+            for (int t = 0; t < p.T; t++) p.dlogprob[t] = p.targets[t] >= 0 ? -1.0f / (float)n_targets : 0.0f;
+            ops_upload(ctx, m->dlogprob, p.dlogprob, (size_t)p.T * sizeof(float));
+            model_backward(m, m->dlogprob, NULL);
+            ops_download(ctx, p.logprob, m->logprob, (size_t)p.T * sizeof(float));
+            for (int t = 0; t < p.T; t++)
+                if (p.targets[t] >= 0) nll -= p.logprob[t];
+        }
+        double loss = nll / (double)n_targets;
+        double norm = optim_step(&opt, ctx, &m->params, &m->grads, lr);
+        ops_sync(ctx);
+        double dt = dk_now() - t0;
+        if (!isfinite(loss) || !isfinite(norm)) {
+            st = dk_fail(DK_ERR_RUNTIME, "step %d: loss %g, grad norm %g: training diverged (lower [train] lr?)",
+                         step + 1, loss, norm);
+            goto done_loop;
+        }
+        metrics_begin(&ml, step + 1);
+        metrics_add(&ml, "loss", loss);
+        metrics_add(&ml, "lr", lr);
+        metrics_add(&ml, "grad_norm", norm);
+        metrics_add(&ml, "tokens", (double)n_tokens);
+        metrics_add(&ml, "target_tokens", (double)n_targets);
+        metrics_add(&ml, "tokens_per_s", n_tokens / dt);
+        metrics_add(&ml, "step_s", dt);
+        metrics_add(&ml, "epoch", (double)((long)step * B) / ds.n);
+        metrics_end(&ml);
+        if ((step + 1) % cfg->run.log_every == 0 || step == 0 || step + 1 == cfg->run.steps)
+            printf("step %5d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s\n", step + 1, cfg->run.steps,
+                   loss, lr, norm, n_tokens / dt);
+        fflush(stdout);
+    }
+    {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/model", cfg->run.dir);
+        st = dk_mkdirs(dir);
+        if (st == DK_OK) st = model_save_hf(m, dir, "bf16");
+        if (st == DK_OK) printf("saved %s\n", dir);
+    }
+done_loop:
+    free(p.tokens);
+    free(p.targets);
+    free(p.cu);
+    free(p.dlogprob);
+    free(p.logprob);
+    free(idx);
+    metrics_close(&ml);
+done:
+    optim_free(&opt, ctx);
+    sft_dataset_free(&ds);
+    run_setup_free(&r);
+    return st;
+}
