@@ -4,13 +4,37 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-dk_status metrics_open(metrics_log *m, const char *run_dir, int append) {
+dk_status metrics_open(metrics_log *m, const char *run_dir, int keep_upto) {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    m->f = fopen(path, append ? "a" : "w");
-    if (!m->f) return dk_fail(DK_ERR_RUNTIME, "%s: cannot open for writing: %s", path, strerror(errno));
+    char *kept = NULL;
+    size_t n_kept = 0;
+    if (keep_upto >= 0) {
+        FILE *old = fopen(path, "r");
+        if (old) {
+            char line[sizeof m->line + 64];
+            kept = malloc(1);
+            while (fgets(line, sizeof line, old)) {
+                int step;
+                if (sscanf(line, "{\"step\":%d", &step) != 1 || step > keep_upto) continue;
+                size_t n = strlen(line);
+                kept = realloc(kept, n_kept + n + 1);
+                memcpy(kept + n_kept, line, n);
+                n_kept += n;
+            }
+            fclose(old);
+        }
+    }
+    m->f = fopen(path, "w");
+    if (!m->f) {
+        free(kept);
+        return dk_fail(DK_ERR_RUNTIME, "%s: cannot open for writing: %s", path, strerror(errno));
+    }
+    if (n_kept) fwrite(kept, 1, n_kept, m->f);
+    free(kept);
     m->len = 0;
     return DK_OK;
 }

@@ -12,6 +12,7 @@
 
 #include "common/util.h"
 #include "data/sft_data.h"
+#include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/model_setup.h"
@@ -42,6 +43,30 @@ static void pack(packed *p, const sft_dataset *ds, const int *idx, int n) {
     }
 }
 
+/* Applies [ckpt] resume: auto takes the newest complete checkpoint of the run
+ * directory (none there: a fresh start), a path takes that one. */
+static dk_status sft_resume(const dk_config *cfg, model *m, optim *opt, int *start) {
+    char path[4096];
+    const char *r = cfg->ckpt.resume;
+    *start = 0;
+    if (!strcmp(r, "none")) return DK_OK;
+    if (!strcmp(r, "auto")) {
+        DK_TRY(ckpt_find_latest(cfg->run.dir, path, sizeof path));
+        if (!path[0]) return DK_OK;
+    } else {
+        snprintf(path, sizeof path, "%s", r);
+    }
+    ckpt_state cs;
+    dk_status st = ckpt_load(path, m, opt, &cs);
+    if (st != DK_OK) return dk_wrap(st, "[ckpt] resume: ");
+    if ((uint64_t)cfg->run.seed != cs.seed)
+        return dk_fail(DK_ERR_USAGE, "[ckpt] resume: %s was trained with run.seed = %llu, this run has %d", path,
+                       (unsigned long long)cs.seed, cfg->run.seed);
+    *start = cs.step;
+    printf("resumed from %s (step %d)\n", path, cs.step);
+    return DK_OK;
+}
+
 dk_status sft_run(const dk_config *cfg) {
     const int B = cfg->train.batch_size, A = cfg->train.grad_accum, per_micro = B / A;
     const int max_tokens = per_micro * cfg->data.max_length;
@@ -68,8 +93,11 @@ dk_status sft_run(const dk_config *cfg) {
     optim_init(&opt, ctx, &oc, &m->cfg, &m->params);
     lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps,
                          cfg->run.steps};
+    int start = 0;
+    st = sft_resume(cfg, m, &opt, &start);
+    if (st != DK_OK) goto done;
     metrics_log ml;
-    st = metrics_open(&ml, cfg->run.dir, 0);
+    st = metrics_open(&ml, cfg->run.dir, start > 0 ? start : -1);
     if (st != DK_OK) goto done;
 
     packed p;
@@ -80,7 +108,7 @@ dk_status sft_run(const dk_config *cfg) {
     p.logprob = dk_malloc((size_t)max_tokens * sizeof(float));
     int *idx = dk_malloc((size_t)B * sizeof(int));
 
-    for (int step = 0; step < cfg->run.steps; step++) {
+    for (int step = start; step < cfg->run.steps; step++) {
         double t0 = dk_now();
         double lr = lr_at(&sched, step);
         for (int i = 0; i < B; i++) idx[i] = sft_dataset_index(&ds, (uint64_t)cfg->run.seed, (long)step * B + i);
@@ -128,13 +156,13 @@ dk_status sft_run(const dk_config *cfg) {
             printf("step %5d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s\n", step + 1, cfg->run.steps,
                    loss, lr, norm, n_tokens / dt);
         fflush(stdout);
-    }
-    {
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s/model", cfg->run.dir);
-        st = dk_mkdirs(dir);
-        if (st == DK_OK) st = model_save_hf(m, dir, "bf16");
-        if (st == DK_OK) printf("saved %s\n", dir);
+        int every = cfg->ckpt.every;
+        if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
+            ckpt_state cs = {step + 1, (long)(step + 1) * B, (uint64_t)cfg->run.seed, 1};
+            st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
+            if (st != DK_OK) goto done_loop;
+            printf("checkpoint: %s/ckpt/step_%08d\n", cfg->run.dir, step + 1);
+        }
     }
 done_loop:
     free(p.tokens);

@@ -25,7 +25,7 @@ print(f"sft tiny: loss {first:.4f} -> {last:.4f} over {steps} steps ({last / fir
 assert last < 0.5 * first, "final loss is not under half the initial loss"
 PY
 # The saved checkpoint loads in transformers.
-"$py" - "$dir/model" <<'PY'
+"$py" - "$dir/ckpt/step_00000060" <<'PY'
 import sys, torch
 from transformers import AutoModelForCausalLM
 m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)

@@ -1,0 +1,103 @@
+/* config.h: the run configuration. A run is one ini file (see configs/) plus
+ * `section.key=value` overrides from the command line, resolved into one typed
+ * struct. Every key lives in a single table (config_keys.c) that drives
+ * parsing, validation, printing, saving and the Markdown reference in
+ * configs/README.md, so the code, the snapshot and the docs cannot disagree.
+ *
+ * Field names equal key names: `[train] lr` is cfg.train.lr. Enum keys are
+ * stored as C enums whose values follow the order of the allowed values. */
+#ifndef DK_TRAINER_CONFIG_H
+#define DK_TRAINER_CONFIG_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "trainer/lr_schedule.h"
+
+#define DK_CONFIG_STR 1024 /* capacity of a string value, NUL included */
+
+typedef enum { DK_MODE_SFT = 0, DK_MODE_RL = 1, DK_MODE_EVAL = 2 } dk_run_mode;
+typedef enum { DK_RECOMPUTE_NONE = 0, DK_RECOMPUTE_LAYER = 1 } dk_recompute;
+typedef enum { DK_ADV_TRLOO = 0, DK_ADV_GRPO = 1, DK_ADV_RLOO = 2 } dk_advantage;
+typedef enum { DK_AGG_TOKEN_MEAN = 0, DK_AGG_SEQ_MEAN_TOKEN_SUM = 1, DK_AGG_SEQ_MEAN_TOKEN_MEAN = 2 } dk_loss_agg;
+typedef enum { DK_PRS_OFF = 0, DK_PRS_HARD = 1, DK_PRS_SOFT = 2 } dk_prs;
+
+typedef struct dk_config {
+    struct {
+        dk_run_mode mode;
+        char dir[DK_CONFIG_STR]; /* resolved: never empty after config_load */
+        dk_device device;
+        int seed;
+        int steps;
+        int log_every;
+    } run;
+    struct {
+        char path[DK_CONFIG_STR]; /* HF checkpoint dir; empty = random init from the shape below */
+        dk_arch arch;
+        int vocab_size, hidden_size, intermediate_size, n_layers, n_heads, n_kv_heads, head_dim, max_position;
+        double rope_theta, rms_eps;
+        bool tie_embeddings, qkv_bias, o_bias, qk_norm;
+        int bos_token_id, eos_token_id;
+        double init_std;
+    } model;
+    struct {
+        char path[DK_CONFIG_STR]; /* resolved to <model.path>/tokenizer.json when empty */
+    } tokenizer;
+    struct {
+        char train[DK_CONFIG_STR];
+        char tasks[DK_CONFIG_STR];
+        int max_length;
+    } data;
+    struct {
+        double lr, min_lr;
+        int warmup_steps;
+        lr_kind schedule;
+        int batch_size, grad_accum;
+        double weight_decay, beta1, beta2, eps, grad_clip;
+        dk_recompute recompute;
+    } train;
+    struct {
+        int n_samples, max_turns;
+        double gamma;
+        dk_advantage advantage;
+        double clip_low, clip_high, dual_clip;
+        dk_loss_agg loss_agg;
+        dk_prs prs;
+        double prs_threshold, hack_penalty;
+        double temperature, top_p;
+        int top_k, max_new_tokens;
+        double reward_alpha, speedup_cap;
+    } rl;
+    struct {
+        char redis[DK_CONFIG_STR];
+        double timeout_s;
+    } kernelgym;
+    struct {
+        int every, keep;
+        char resume[DK_CONFIG_STR];
+    } ckpt;
+} dk_config;
+
+/* Every key at its default (the derived ones still empty / unresolved). */
+void config_defaults(dk_config *cfg);
+/* Defaults, then the file (path may be NULL: defaults and overrides only),
+ * then the overrides ("section.key=value"), then derived values, then checks.
+ * Errors are DK_ERR_USAGE and name FILE:LINE (or "command line"). */
+dk_status config_load(dk_config *cfg, const char *path, int n_overrides, char **overrides);
+/* Cross-key checks for a config built in code (config_load runs them too). */
+dk_status config_validate(const dk_config *cfg);
+/* The resolved config as ini text that config_load reads back identically. */
+void config_print(const dk_config *cfg, FILE *f);
+dk_status config_save(const dk_config *cfg, const char *path);
+/* The key reference as Markdown: the content of configs/README.md. */
+void config_describe(FILE *f);
+/* True when every key has the same value in both. */
+bool config_equal(const dk_config *a, const dk_config *b);
+/* The model to build: from <model.path>/config.json when path is set, else
+ * from the [model] shape keys; validated either way. */
+dk_status config_model(const dk_config *cfg, model_config *out);
+
+#endif

@@ -1,0 +1,166 @@
+/* config_keys.c: every run-config key, its type, default, range and one-line
+ * doc. This table is the single source of truth: config.c parses, checks,
+ * prints, saves and documents (configs/README.md) by walking it. To add a key,
+ * add a field to dk_config (trainer/config.h) and a row here; then regenerate
+ * configs/README.md (`build/tests/unit_test_config_readme --write`). */
+#include "trainer/config_keys.h"
+
+#include "trainer/config.h"
+
+/* The macros check the field's C type at compile time: _Generic with a single
+ * association fails to compile when a row's macro does not match its field.
+ * Enum fields are compatible with unsigned int under gcc and clang. */
+#define FIELD(sec, f) (((dk_config *)0)->sec.f)
+#define OFF(sec, f) offsetof(dk_config, sec.f)
+#define K_INT(sec, f, def, rng, doc) \
+    {#sec, #f, CK_INT, _Generic(FIELD(sec, f), int: OFF(sec, f)), def, NULL, rng, 0, doc}
+#define K_FLOAT(sec, f, def, rng, doc) \
+    {#sec, #f, CK_FLOAT, _Generic(FIELD(sec, f), double: OFF(sec, f)), def, NULL, rng, 0, doc}
+#define K_BOOL(sec, f, def, flags, doc) \
+    {#sec, #f, CK_BOOL, _Generic(FIELD(sec, f), bool: OFF(sec, f)), def, NULL, CR_ANY, flags, doc}
+#define K_STRING(sec, f, def, doc) \
+    {#sec, #f, CK_STRING, _Generic(FIELD(sec, f), char *: OFF(sec, f)), def, NULL, CR_ANY, 0, doc}
+#define K_ENUM(sec, f, def, values, doc) \
+    {#sec, #f, CK_ENUM, _Generic(FIELD(sec, f), unsigned int: OFF(sec, f)), def, values, CR_ANY, 0, doc}
+
+/* Enum keys list their values in the order of the C enum they fill. */
+_Static_assert(DK_DEVICE_CPU == 0 && DK_DEVICE_CUDA == 1, "run.device values follow dk_device");
+_Static_assert(DK_ARCH_QWEN3 == 0 && DK_ARCH_QWEN2 == 1 && DK_ARCH_LLAMA == 2, "model.arch values follow dk_arch");
+_Static_assert(LR_COSINE == 0 && LR_LINEAR == 1 && LR_CONSTANT == 2, "train.schedule values follow lr_kind");
+_Static_assert(sizeof(dk_run_mode) == sizeof(int) && sizeof(dk_device) == sizeof(int) &&
+                   sizeof(dk_arch) == sizeof(int) && sizeof(lr_kind) == sizeof(int),
+               "enum keys are stored as int");
+
+const config_section config_sections[] = {
+    {"run", "what to run and where its outputs go"},
+    {"model", "the transformer: a Hugging Face checkpoint, or a shape to initialise at random"},
+    {"tokenizer", "the tokenizer"},
+    {"data", "training and evaluation data"},
+    {"train", "optimizer, learning-rate schedule and batching"},
+    {"rl", "multi-turn rollouts, rewards and the PPO objective"},
+    {"kernelgym", "the kernel-evaluation environment"},
+    {"ckpt", "checkpoints"},
+};
+const int config_n_sections = sizeof config_sections / sizeof config_sections[0];
+
+const config_key config_keys[] = {
+    K_ENUM(run, mode, "rl", "sft|rl|eval",
+           "sft: supervised cold start on data.train; rl: multi-turn RL on data.tasks; "
+           "eval: Fast@p of the model on data.tasks"),
+    K_STRING(run, dir, "",
+             "run directory: `config.ini` snapshot, `metrics.jsonl`, logs, `ckpt/`; "
+             "empty: `runs/<config file name>` without the extension"),
+    K_ENUM(run, device, "cpu", "cpu|cuda", "compute backend: cpu (fp32 reference) or cuda (bf16, one GPU per rank)"),
+    K_INT(run, seed, "1", CR_NONNEG, "seed of every random stream (init, data order, sampling)"),
+    K_INT(run, steps, "100", CR_POS, "optimizer steps to run (rl: RL steps; eval: ignored)"),
+    K_INT(run, log_every, "1", CR_POS, "print a progress line every this many steps (metrics.jsonl gets every step)"),
+
+    K_STRING(model, path, "",
+             "Hugging Face checkpoint directory (`config.json`, `*.safetensors`); "
+             "its `config.json` then defines the model"),
+    K_ENUM(model, arch, "qwen3", "qwen3|qwen2|llama", "architecture family (qwen2 covers Qwen2.5)"),
+    K_INT(model, vocab_size, "0", CR_NONNEG, "vocabulary size (required when path is empty)"),
+    K_INT(model, hidden_size, "0", CR_NONNEG, "model width (required when path is empty)"),
+    K_INT(model, intermediate_size, "0", CR_NONNEG, "SwiGLU MLP width (required when path is empty)"),
+    K_INT(model, n_layers, "0", CR_NONNEG, "decoder layers (required when path is empty)"),
+    K_INT(model, n_heads, "0", CR_NONNEG, "query heads (required when path is empty)"),
+    K_INT(model, n_kv_heads, "0", CR_NONNEG, "key/value heads, dividing n_heads (0: n_heads)"),
+    K_INT(model, head_dim, "0", CR_NONNEG, "dimension of one head (0: hidden_size / n_heads)"),
+    K_INT(model, max_position, "4096", CR_POS, "longest sequence the model supports (max_position_embeddings)"),
+    K_FLOAT(model, rope_theta, "1000000", CR_POS, "RoPE base frequency"),
+    K_FLOAT(model, rms_eps, "1e-06", CR_POS, "RMSNorm epsilon"),
+    K_BOOL(model, tie_embeddings, "false", 0, "the lm head shares the embedding table"),
+    K_BOOL(model, qkv_bias, "false", CF_ARCH_DEFAULT,
+           "q/k/v projections carry a bias (qwen2: always; qwen3, llama: together with o_bias)"),
+    K_BOOL(model, o_bias, "false", CF_ARCH_DEFAULT, "the attention output projection carries a bias (never for qwen2)"),
+    K_BOOL(model, qk_norm, "true", CF_ARCH_DEFAULT, "RMSNorm on each q and k head before RoPE (qwen3 only, always)"),
+    K_INT(model, bos_token_id, "-1", CR_ID, "beginning-of-sequence token written to config.json (-1: none)"),
+    K_INT(model, eos_token_id, "-1", CR_ID, "end-of-sequence token written to config.json (-1: none)"),
+    K_FLOAT(model, init_std, "0.02", CR_POS, "standard deviation of the random initial weights"),
+
+    K_STRING(tokenizer, path, "",
+             "`tokenizer.json` (byte-level BPE) or a sentencepiece `.model`; empty: `<model.path>/tokenizer.json`"),
+
+    K_STRING(data, train, "", "SFT conversations, JSONL (one `{\"messages\": [...]}` per line)"),
+    K_STRING(data, tasks, "", "RL and eval tasks: a tasks JSONL or a KernelBench level folder"),
+    K_INT(data, max_length, "4096", CR_POS,
+          "tokens per sequence; longer SFT conversations are dropped (and counted), rollouts stop at this length"),
+
+    K_FLOAT(train, lr, "1e-05", CR_POS, "peak learning rate, reached after warmup"),
+    K_FLOAT(train, min_lr, "0", CR_NONNEG, "final learning rate of the cosine and linear schedules (at most lr)"),
+    K_INT(train, warmup_steps, "0", CR_NONNEG, "linear warmup from 0 to lr over this many steps"),
+    K_ENUM(train, schedule, "cosine", "cosine|linear|constant", "learning-rate decay after warmup, from lr to min_lr"),
+    K_INT(train, batch_size, "8", CR_POS, "sequences per optimizer step, over all ranks"),
+    K_INT(train, grad_accum, "1", CR_POS, "micro-batches per optimizer step; must divide batch_size"),
+    K_FLOAT(train, weight_decay, "0.01", CR_NONNEG, "AdamW decoupled weight decay (matrices only)"),
+    K_FLOAT(train, beta1, "0.9", CR_UNIT_LT1, "AdamW first-moment decay"),
+    K_FLOAT(train, beta2, "0.999", CR_UNIT_LT1, "AdamW second-moment decay"),
+    K_FLOAT(train, eps, "1e-08", CR_POS, "AdamW epsilon"),
+    K_FLOAT(train, grad_clip, "1", CR_NONNEG, "clip the global gradient norm to this (0: no clipping)"),
+    K_ENUM(train, recompute, "none", "none|layer",
+           "layer: keep only each layer's input and recompute the rest in backward (long sequences)"),
+
+    K_INT(rl, n_samples, "16", CR_POS, "rollouts per task (the group of the advantage baseline)"),
+    K_INT(rl, max_turns, "3", CR_POS, "model turns per rollout; KernelGym's feedback follows each one"),
+    K_FLOAT(rl, gamma, "1", CR_UNIT, "discount of later turns' rewards in the return"),
+    K_ENUM(rl, advantage, "trloo", "trloo|grpo|rloo",
+           "trloo: turn-level leave-one-out over the (task, turn) group; grpo, rloo for comparison"),
+    K_FLOAT(rl, clip_low, "0.2", CR_UNIT, "PPO clip below: ratio >= 1 - clip_low"),
+    K_FLOAT(rl, clip_high, "0.28", CR_NONNEG, "PPO clip above: ratio <= 1 + clip_high"),
+    K_FLOAT(rl, dual_clip, "3", CR_NONNEG, "dual clip for negative advantages, > 1 (0: off)"),
+    K_ENUM(rl, loss_agg, "seq-mean-token-sum", "token-mean|seq-mean-token-sum|seq-mean-token-mean",
+           "how token losses become the batch loss"),
+    K_ENUM(rl, prs, "soft", "off|hard|soft",
+           "profiling-based rejection sampling of correct turns by kernel coverage (hard: drop below the "
+           "threshold; soft: keep with probability clip((coverage - threshold) / 0.1, 0, 1))"),
+    K_FLOAT(rl, prs_threshold, "0.3", CR_UNIT, "coverage threshold of prs"),
+    K_FLOAT(rl, hack_penalty, "0", CR_NONPOS,
+            "reward of a turn flagged as reward hacking (0: as a failure; negative punishes)"),
+    K_FLOAT(rl, temperature, "1", CR_NONNEG, "sampling temperature (0: greedy)"),
+    K_FLOAT(rl, top_p, "1", CR_PROB, "nucleus sampling: keep the smallest token set with this much probability"),
+    K_INT(rl, top_k, "0", CR_NONNEG, "sample among the k most likely tokens (0: all)"),
+    K_INT(rl, max_new_tokens, "8192", CR_POS, "token budget of one model turn"),
+    K_FLOAT(rl, reward_alpha, "0.7", CR_UNIT,
+            "reward = correct * (alpha * min(speedup, speedup_cap) + (1 - alpha) * coverage)"),
+    K_FLOAT(rl, speedup_cap, "10", CR_POS, "speedups above this earn no more reward"),
+
+    K_STRING(kernelgym, redis, "auto",
+             "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one"),
+    K_FLOAT(kernelgym, timeout_s, "120", CR_POS, "wall-clock limit of one evaluation, in seconds"),
+
+    K_INT(ckpt, every, "50", CR_NONNEG, "write a checkpoint every this many steps (0: only at the end)"),
+    K_INT(ckpt, keep, "3", CR_NONNEG, "keep the newest this many checkpoints (0: keep all)"),
+    K_STRING(ckpt, resume, "auto",
+             "auto: continue from the newest complete checkpoint in run.dir; none: start fresh; or a checkpoint path"),
+};
+const int config_n_keys = sizeof config_keys / sizeof config_keys[0];
+
+const config_alias config_aliases[] = {
+    {"learning_rate", "train", "lr"},
+    {"warmup", "train", "warmup_steps"},
+    {"lr_scheduler", "train", "schedule"},
+    {"global_batch_size", "train", "batch_size"},
+    {"gradient_accumulation_steps", "train", "grad_accum"},
+    {"max_grad_norm", "train", "grad_clip"},
+    {"gradient_checkpointing", "train", "recompute"},
+    {"adam_epsilon", "train", "eps"},
+    {"max_steps", "run", "steps"},
+    {"output_dir", "run", "dir"},
+    {"num_hidden_layers", "model", "n_layers"},
+    {"num_attention_heads", "model", "n_heads"},
+    {"num_key_value_heads", "model", "n_kv_heads"},
+    {"max_position_embeddings", "model", "max_position"},
+    {"rms_norm_eps", "model", "rms_eps"},
+    {"tie_word_embeddings", "model", "tie_embeddings"},
+    {"attention_bias", "model", "qkv_bias"},
+    {"max_seq_len", "data", "max_length"},
+    {"sequence_length", "data", "max_length"},
+    {"group_size", "rl", "n_samples"},
+    {"num_turns", "rl", "max_turns"},
+    {"clip_ratio", "rl", "clip_low"},
+    {"clip_ratio_high", "rl", "clip_high"},
+    {"response_length", "rl", "max_new_tokens"},
+    {"save_every", "ckpt", "every"},
+    {"save_total_limit", "ckpt", "keep"},
+};
+const int config_n_aliases = sizeof config_aliases / sizeof config_aliases[0];
