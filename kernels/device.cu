@@ -26,3 +26,15 @@ extern "C" int device_describe(int ordinal, char *buf, size_t n) {
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.multiProcessorCount);
     return 0;
 }
+
+extern "C" size_t device_free_bytes(int ordinal) {
+    size_t free_b = 0, total = 0;
+    int prev = 0;
+    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(ordinal) != cudaSuccess ||
+        cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    cudaSetDevice(prev);
+    return free_b;
+}

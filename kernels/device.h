@@ -11,4 +11,7 @@ int device_count(void);
 /* "NVIDIA H200, sm_90, 139.8 GiB, 132 SMs" into buf; returns 0 on success. */
 int device_describe(int ordinal, char *buf, size_t n);
 
+/* Free device memory in bytes (0 without a GPU). */
+size_t device_free_bytes(int ordinal);
+
 #endif

@@ -11,6 +11,11 @@ int device_describe(int ordinal, char *buf, size_t n) {
     snprintf(buf, n, "no CUDA support in this build (device %d)", ordinal);
     return -1;
 }
+
+size_t device_free_bytes(int ordinal) {
+    (void)ordinal;
+    return 0;
+}
 #else
 /* ISO C forbids an empty translation unit. */
 typedef int dk_device_none_unused;

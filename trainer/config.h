@@ -24,6 +24,8 @@ typedef enum { DK_RECOMPUTE_NONE = 0, DK_RECOMPUTE_LAYER = 1 } dk_recompute;
 typedef enum { DK_ADV_TRLOO = 0, DK_ADV_GRPO = 1, DK_ADV_RLOO = 2 } dk_advantage;
 typedef enum { DK_AGG_TOKEN_MEAN = 0, DK_AGG_SEQ_MEAN_TOKEN_SUM = 1, DK_AGG_SEQ_MEAN_TOKEN_MEAN = 2 } dk_loss_agg;
 typedef enum { DK_PRS_OFF = 0, DK_PRS_HARD = 1, DK_PRS_SOFT = 2 } dk_prs;
+typedef enum { DK_ENV_KERNELGYM = 0, DK_ENV_TOY = 1 } dk_env_kind;
+typedef enum { DK_KG_AUTO = 0, DK_KG_CPU = 1, DK_KG_CUDA = 2 } dk_kg_device;
 
 typedef struct dk_config {
     struct {
@@ -70,10 +72,18 @@ typedef struct dk_config {
         double temperature, top_p;
         int top_k, max_new_tokens;
         double reward_alpha, speedup_cap;
+        dk_env_kind env;
+        int ppo_epochs, mini_batches;
+        double kv_cache_fraction;
+        double kl_coef, entropy_coef, tis_cap;
+        char prompt_template[DK_CONFIG_STR];
+        char feedback_template[DK_CONFIG_STR];
     } rl;
     struct {
         char redis[DK_CONFIG_STR];
         double timeout_s;
+        dk_kg_device device;
+        int workers;
     } kernelgym;
     struct {
         int every, keep;

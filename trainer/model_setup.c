@@ -5,14 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
-dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens) {
+dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, size_t extra_scratch) {
     memset(r, 0, sizeof *r);
     model_config mc;
     DK_TRY(config_model(cfg, &mc));
 
     dk_status st = tokenizer_load(cfg->tokenizer.path, &r->tok);
     if (st != DK_OK) return dk_wrap(DK_ERR_USAGE, "[tokenizer] path: ");
-    DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, 0, model_scratch_bytes(&mc, max_tokens)));
+    size_t scratch = model_scratch_bytes(&mc, max_tokens);
+    if (extra_scratch > scratch) scratch = extra_scratch;
+    DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, 0, scratch));
     r->ctx_ready = 1;
     DK_TRY(model_create(&r->model, &mc, &r->ctx, max_tokens, cfg->train.recompute == DK_RECOMPUTE_LAYER));
     r->model_ready = 1;

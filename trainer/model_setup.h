@@ -16,8 +16,9 @@ typedef struct {
     int ctx_ready, model_ready;
 } run_setup;
 
-/* max_tokens: the largest packed batch a forward will see. */
-dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens);
+/* max_tokens: the largest packed batch a forward will see; extra_scratch:
+ * ops scratch some other user of the ctx needs (the generation engine). */
+dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, size_t extra_scratch);
 void run_setup_free(run_setup *r);
 
 #endif

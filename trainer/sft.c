@@ -71,7 +71,7 @@ dk_status sft_run(const dk_config *cfg) {
     const int B = cfg->train.batch_size, A = cfg->train.grad_accum, per_micro = B / A;
     const int max_tokens = per_micro * cfg->data.max_length;
     run_setup r;
-    dk_status st = run_setup_init(&r, cfg, max_tokens);
+    dk_status st = run_setup_init(&r, cfg, max_tokens, 0);
     if (st != DK_OK) {
         run_setup_free(&r);
         return st;

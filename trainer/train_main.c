@@ -7,6 +7,7 @@
 
 #include "common/util.h"
 #include "trainer/config.h"
+#include "trainer/rl_run.h"
 #include "trainer/sft.h"
 
 static void usage(FILE *f) {
@@ -46,9 +47,9 @@ int main(int argc, char **argv) {
     }
     switch (cfg.run.mode) {
     case DK_MODE_SFT: st = sft_run(&cfg); break;
+    case DK_MODE_RL: st = rl_run(&cfg); break;
     default:
-        st = dk_fail(DK_ERR_USAGE, "%s: [run] mode: this build trains with mode = sft only (rl and eval need the RL trainer)",
-                     argv[1]);
+        st = dk_fail(DK_ERR_USAGE, "%s: [run] mode = eval: use mode = rl or sft in this build", argv[1]);
         break;
     }
     if (st != DK_OK) {

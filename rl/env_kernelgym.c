@@ -1,0 +1,110 @@
+/* env_kernelgym.c: turns responses into KernelGym jobs and results into
+ * rewards and feedback. A response without a python block never reaches the
+ * judge: it gets reward 0 and feedback that says what was missing. */
+#include "rl/env_kernelgym.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "rl/extract.h"
+
+typedef struct {
+    kg_client *client;
+    rl_kg_config cfg;
+} kg_env;
+
+static const char *no_code_feedback =
+    "Your answer contained no ```python code block, so nothing was evaluated. Reply with the complete "
+    "ModelNew implementation in one ```python block.";
+
+static rl_outcome outcome_of(const kg_result *r) {
+    switch (r->status) {
+    case KG_STATUS_OK: return kg_result_passed(r) ? RL_OUT_OK : RL_OUT_INCORRECT;
+    case KG_STATUS_COMPILE_ERROR: return RL_OUT_COMPILE_ERROR;
+    case KG_STATUS_INCORRECT: return RL_OUT_INCORRECT;
+    case KG_STATUS_HACK: return RL_OUT_HACK;
+    case KG_STATUS_TIMEOUT:
+    case KG_STATUS_PENDING: return RL_OUT_TIMEOUT;
+    case KG_STATUS_CRASH: return RL_OUT_CRASH;
+    default: return RL_OUT_ERROR;
+    }
+}
+
+static void kg_score(rl_env *env, const rl_task *tasks, const char *const *responses, int n, rl_turn_result *out) {
+    kg_env *k = env->impl;
+    kg_job *jobs = dk_calloc((size_t)n, sizeof *jobs);
+    char **code = dk_calloc((size_t)n, sizeof *code);
+    int *slot = dk_calloc((size_t)n, sizeof *slot); /* job index of pair i, or -1 */
+    int n_jobs = 0;
+    for (int i = 0; i < n; i++) {
+        rl_turn_result_clear(&out[i]);
+        slot[i] = -1;
+        if (extract_code_block(responses[i], strlen(responses[i]), &code[i]) == EXTRACT_NONE) {
+            out[i].outcome = RL_OUT_NO_CODE;
+            out[i].feedback = dk_strdup(no_code_feedback);
+            continue;
+        }
+        kg_job *j = &jobs[n_jobs];
+        kg_job_init(j);
+        j->task_source = tasks[i].source;
+        j->candidate_source = code[i];
+        j->task_name = tasks[i].name;
+        j->device = k->cfg.device;
+        j->opt.timeout_s = k->cfg.timeout_s;
+        slot[i] = n_jobs++;
+    }
+    kg_result *res = dk_calloc((size_t)(n_jobs ? n_jobs : 1), sizeof *res);
+    for (int j = 0; j < n_jobs; j++) kg_result_init(&res[j]);
+    int n_done = 0;
+    dk_status st = n_jobs ? kg_client_run(k->client, jobs, n_jobs, k->cfg.wait_s, res, &n_done) : DK_OK;
+    char lost[1024] = "";
+    if (st != DK_OK) snprintf(lost, sizeof lost, "%s", dk_error());
+    for (int i = 0; i < n; i++) {
+        if (slot[i] < 0) continue;
+        kg_result *r = &res[slot[i]];
+        if (st != DK_OK && r->status == KG_STATUS_PENDING) {
+            out[i].outcome = RL_OUT_ERROR;
+            char fb[1200];
+            snprintf(fb, sizeof fb, "The evaluation could not run: %s", lost);
+            out[i].feedback = dk_strdup(fb);
+            continue;
+        }
+        out[i].outcome = outcome_of(r);
+        out[i].correct = kg_result_passed(r);
+        out[i].speedup = r->speedup;
+        out[i].coverage = r->coverage;
+        out[i].reward = r->status == KG_STATUS_PENDING ? 0.0 : kg_reward_compute(&k->cfg.reward, r);
+        if (!isfinite(out[i].reward)) out[i].reward = 0.0;
+        if (r->status == KG_STATUS_PENDING)
+            out[i].feedback = dk_strdup("The evaluation did not finish in time; nothing is known about this answer.");
+        else out[i].feedback = dk_strdup(r->feedback && r->feedback[0] ? r->feedback : kg_status_name(r->status));
+    }
+    for (int j = 0; j < n_jobs; j++) kg_result_free(&res[j]);
+    for (int i = 0; i < n; i++) free(code[i]);
+    free(res);
+    free(code);
+    free(slot);
+    free(jobs);
+}
+
+static void kg_env_free(rl_env *env) {
+    kg_env *k = env->impl;
+    kg_client_close(k->client);
+    free(k);
+    free(env);
+}
+
+rl_env *rl_env_kernelgym_new(kg_client *client, const rl_kg_config *cfg) {
+    kg_env *k = dk_calloc(1, sizeof *k);
+    k->client = client;
+    k->cfg = *cfg;
+    rl_env *env = dk_calloc(1, sizeof *env);
+    env->name = "kernelgym";
+    env->score = kg_score;
+    env->free = kg_env_free;
+    env->impl = k;
+    return env;
+}

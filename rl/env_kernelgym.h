@@ -1,0 +1,23 @@
+/* env_kernelgym.h: the KernelGym environment: the last python block of each
+ * response is the candidate; all candidates of a turn go to KernelGym at
+ * once through env/client.h; the turn reward is recomputed from the result
+ * with the trainer's reward settings (DESIGN.md §6), and KernelGym's
+ * feedback text becomes the next user turn. */
+#ifndef DK_RL_ENV_KERNELGYM_H
+#define DK_RL_ENV_KERNELGYM_H
+
+#include "env/client.h"
+#include "env/reward.h"
+#include "rl/env.h"
+
+typedef struct {
+    double timeout_s;    /* per evaluation */
+    double wait_s;       /* for a whole batch; past it the rest count as timeouts */
+    kg_reward_config reward;
+    const char *device;  /* "cpu" | "cuda" | NULL (the worker's) */
+} rl_kg_config;
+
+/* The env takes the client (it closes it). */
+rl_env *rl_env_kernelgym_new(kg_client *client, const rl_kg_config *cfg);
+
+#endif

@@ -1,0 +1,85 @@
+/* rl_env_setup.c: builds the run's environment and task list. */
+#include "trainer/rl_env_setup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "env/client.h"
+#include "rl/env_kernelgym.h"
+#include "rl/env_toy.h"
+
+static const char *kg_device(const dk_config *cfg) {
+    switch (cfg->kernelgym.device) {
+    case DK_KG_CPU: return "cpu";
+    case DK_KG_CUDA: return "cuda";
+    default: return cfg->run.device == DK_DEVICE_CUDA ? "cuda" : "cpu";
+    }
+}
+
+static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
+    if (!cfg->data.tasks[0]) return dk_fail(DK_ERR_USAGE, "[data] tasks is empty: rl.env = kernelgym needs a task set");
+    dk_status st = task_set_load(cfg->data.tasks, 0, &s->tasks);
+    if (st != DK_OK) return dk_wrap(st, "[data] tasks: ");
+    task_set_print_summary(&s->tasks, cfg->data.tasks, stdout);
+    s->n_tasks = s->tasks.n;
+    s->list = dk_calloc((size_t)s->n_tasks, sizeof *s->list);
+    for (int i = 0; i < s->n_tasks; i++) {
+        const task_entry *t = &s->tasks.tasks[i];
+        s->list[i] = (rl_task){t->id, t->name, t->level, t->source};
+    }
+    const char *device = kg_device(cfg);
+    char url[2048];
+    snprintf(url, sizeof url, "%s", cfg->kernelgym.redis);
+    if (!strcmp(cfg->kernelgym.redis, "auto")) {
+        kg_fleet_config fc;
+        kg_fleet_config_default(&fc);
+        snprintf(fc.redis, sizeof fc.redis, "auto");
+        snprintf(fc.device, sizeof fc.device, "%s", device);
+        if (!strcmp(device, "cuda")) {
+            fc.n_gpus = cfg->kernelgym.workers;
+            for (int i = 0; i < fc.n_gpus && i < KG_FLEET_MAX; i++) fc.gpus[i] = i;
+        } else {
+            fc.n_cpu_workers = cfg->kernelgym.workers;
+        }
+        st = kg_fleet_start(&s->fleet, &fc);
+        if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis = auto: ");
+        s->have_fleet = 1;
+        snprintf(url, sizeof url, "%s", s->fleet.url);
+        printf("kernelgym: private fleet, %d %s worker(s)\n", s->fleet.n, device);
+    }
+    kg_client *client = kg_client_connect(url, &st);
+    if (!client) return dk_wrap(st, "[kernelgym] redis: ");
+    rl_kg_config kc;
+    kc.timeout_s = cfg->kernelgym.timeout_s;
+    /* The whole batch may queue behind few workers: give it room, bounded. */
+    kc.wait_s = cfg->kernelgym.timeout_s * (2.0 + (double)cfg->train.batch_size / cfg->kernelgym.workers);
+    kg_reward_config_default(&kc.reward, KG_REWARD_PROFILE);
+    kc.reward.alpha = cfg->rl.reward_alpha;
+    kc.reward.speedup_cap = cfg->rl.speedup_cap;
+    kc.reward.hack_penalty = cfg->rl.hack_penalty;
+    kc.device = device;
+    s->env = rl_env_kernelgym_new(client, &kc);
+    return DK_OK;
+}
+
+dk_status rl_env_setup_init(rl_env_setup *s, const dk_config *cfg) {
+    memset(s, 0, sizeof *s);
+    if (cfg->rl.env == DK_ENV_TOY) {
+        const rl_task *t = rl_env_toy_tasks(&s->n_tasks);
+        s->list = dk_calloc((size_t)s->n_tasks, sizeof *s->list);
+        memcpy(s->list, t, (size_t)s->n_tasks * sizeof *t);
+        s->env = rl_env_toy_new(cfg->rl.max_new_tokens);
+        return DK_OK;
+    }
+    return setup_kernelgym(s, cfg);
+}
+
+void rl_env_setup_free(rl_env_setup *s) {
+    if (s->env) s->env->free(s->env);
+    if (s->have_fleet) kg_fleet_stop(&s->fleet, 10.0);
+    task_set_free(&s->tasks);
+    free(s->list);
+    memset(s, 0, sizeof *s);
+}

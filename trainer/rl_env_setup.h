@@ -1,0 +1,25 @@
+/* rl_env_setup.h: the environment a run scores turns with, from the config:
+ * the toy environment, or KernelGym through a Redis URL or a private fleet
+ * (redis = auto: a private redis-server plus workers started here and
+ * stopped at the end of the run). Also the task set of the run. */
+#ifndef DK_RL_ENV_SETUP_H
+#define DK_RL_ENV_SETUP_H
+
+#include "data/tasks.h"
+#include "env/fleet.h"
+#include "rl/env.h"
+#include "trainer/config.h"
+
+typedef struct {
+    rl_env *env;
+    kg_fleet fleet;
+    int have_fleet;
+    task_set tasks;   /* KernelGym tasks (empty for the toy) */
+    rl_task *list;    /* the tasks as the rollout sees them */
+    int n_tasks;
+} rl_env_setup;
+
+dk_status rl_env_setup_init(rl_env_setup *s, const dk_config *cfg);
+void rl_env_setup_free(rl_env_setup *s);
+
+#endif

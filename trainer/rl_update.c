@@ -1,0 +1,166 @@
+/* rl_update.c: PPO over packed micro-batches. The loss gradient per token
+ * (rl/ppo.c) is uploaded as dL/dlogprob and backpropagated by the model; the
+ * mini-batch's token or sequence count is the shared denominator, so the
+ * micro-batch gradients add up to the mini-batch gradient exactly. */
+#include "trainer/rl_update.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+/* The model batch of sequences [s0, s1). */
+static model_batch micro(const rl_batch *b, int s0, int s1, int32_t *cu) {
+    const int off = b->seq_start[s0];
+    for (int s = s0; s <= s1; s++) cu[s - s0] = b->seq_start[s] - off;
+    model_batch mb = {b->seq_start[s1] - off, s1 - s0, b->tokens + off, NULL, cu, b->targets + off};
+    return mb;
+}
+
+dk_status rl_forward_logprobs(model *m, const rl_batch *b, int micro_seqs, float inv_temp, float *logp,
+                              float *entropy) {
+    int32_t *cu = dk_malloc(((size_t)micro_seqs + 1) * sizeof(int32_t));
+    dk_status st = DK_OK;
+    for (int s0 = 0; s0 < b->n_seqs && st == DK_OK; s0 += micro_seqs) {
+        int s1 = s0 + micro_seqs < b->n_seqs ? s0 + micro_seqs : b->n_seqs;
+        model_batch mb = micro(b, s0, s1, cu);
+        st = model_forward(m, &mb, inv_temp);
+        if (st != DK_OK) break;
+        const int off = b->seq_start[s0];
+        ops_download(m->ctx, logp + off, m->logprob, (size_t)mb.T * sizeof(float));
+        if (entropy) ops_download(m->ctx, entropy + off, m->entropy, (size_t)mb.T * sizeof(float));
+    }
+    free(cu);
+    return st;
+}
+
+static ppo_batch ppo_view(const rl_batch *b, const rl_update_config *c, int s0, int s1, const int32_t *cu) {
+    const int off = b->seq_start[s0];
+    ppo_batch pb = {
+        .T = b->seq_start[s1] - off,
+        .n_seqs = s1 - s0,
+        .cu_seqlens = cu,
+        .mask = b->mask + off,
+        .logp = b->logp + off,
+        .logp_old = b->logp_old + off,
+        .adv = b->adv + off,
+        .logp_ref = c->ppo.kl_coef > 0 ? b->logp_ref + off : NULL,
+        .entropy = b->entropy + off,
+        .logp_rollout = b->logp_rollout + off,
+    };
+    return pb;
+}
+
+/* Adds a micro-batch's statistics with weight w (its counted tokens). */
+static void stats_add(ppo_stats *acc, const ppo_stats *s, double w) {
+    acc->clip_frac_low += w * s->clip_frac_low;
+    acc->clip_frac_high += w * s->clip_frac_high;
+    acc->clip_frac_dual += w * s->clip_frac_dual;
+    acc->approx_kl += w * s->approx_kl;
+    acc->ratio_mean += w * s->ratio_mean;
+    if (s->ratio_max > acc->ratio_max) acc->ratio_max = s->ratio_max;
+    acc->ref_kl += w * s->ref_kl;
+    acc->tis_mean += w * s->tis_mean;
+    acc->tis_capped_frac += w * s->tis_capped_frac;
+    acc->mismatch_mean += w * s->mismatch_mean;
+    if (s->mismatch_max > acc->mismatch_max) acc->mismatch_max = s->mismatch_max;
+    acc->n_tokens += s->n_tokens;
+    acc->n_seqs += s->n_seqs;
+    acc->n_tokens_rejected += s->n_tokens_rejected;
+    acc->n_seqs_rejected += s->n_seqs_rejected;
+}
+
+static void stats_finish(ppo_stats *acc, double w) {
+    if (w <= 0) return;
+    acc->clip_frac_low /= w;
+    acc->clip_frac_high /= w;
+    acc->clip_frac_dual /= w;
+    acc->approx_kl /= w;
+    acc->ratio_mean /= w;
+    acc->ref_kl /= w;
+    acc->tis_mean /= w;
+    acc->tis_capped_frac /= w;
+    acc->mismatch_mean /= w;
+}
+
+dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, rl_update_stats *st) {
+    memset(st, 0, sizeof *st);
+    double t0 = dk_now();
+    const int want_entropy = c->ppo.entropy_coef > 0;
+    DK_TRY(rl_forward_logprobs(m, b, c->micro_seqs, c->inv_temp, b->logp_old, b->entropy));
+    double ent = 0;
+    long n_masked = 0;
+    for (long t = 0; t < b->T; t++)
+        if (b->mask[t]) {
+            ent += b->entropy[t];
+            n_masked++;
+        }
+    st->entropy = n_masked ? ent / n_masked : NAN;
+
+    const size_t T = (size_t)b->T;
+    float *dlogp = dk_calloc(T, sizeof(float));
+    float *dent = want_entropy ? dk_calloc(T, sizeof(float)) : NULL;
+    int32_t *cu = dk_malloc(((size_t)c->micro_seqs + 1) * sizeof(int32_t));
+    const int per_mini = (b->n_seqs + c->mini_batches - 1) / c->mini_batches;
+    dk_status s = DK_OK;
+    for (int epoch = 0; epoch < c->epochs && s == DK_OK; epoch++) {
+        ppo_stats acc;
+        memset(&acc, 0, sizeof acc);
+        double w_acc = 0, loss_sum = 0;
+        int n_mini = 0;
+        for (int m0 = 0; m0 < b->n_seqs && s == DK_OK; m0 += per_mini) {
+            int m1 = m0 + per_mini < b->n_seqs ? m0 + per_mini : b->n_seqs;
+            /* The mini-batch's denominator: its counted tokens or sequences. */
+            long N = 0, S = 0;
+            for (int s0 = m0; s0 < m1; s0 += c->micro_seqs) {
+                int s1 = s0 + c->micro_seqs < m1 ? s0 + c->micro_seqs : m1;
+                micro(b, s0, s1, cu);
+                ppo_batch pb = ppo_view(b, c, s0, s1, cu);
+                pb.logp = pb.logp_old; /* counting needs no new logprobs */
+                int nt = 0, ns = 0;
+                s = ppo_count(&c->ppo, &pb, &nt, &ns);
+                if (s != DK_OK) break;
+                N += nt;
+                S += ns;
+            }
+            double denom = c->ppo.agg == PPO_AGG_TOKEN_MEAN ? (double)N : (double)S;
+            model_zero_grad(m);
+            double mini_loss = 0;
+            for (int s0 = m0; s0 < m1 && s == DK_OK; s0 += c->micro_seqs) {
+                int s1 = s0 + c->micro_seqs < m1 ? s0 + c->micro_seqs : m1;
+                model_batch mb = micro(b, s0, s1, cu);
+                s = model_forward(m, &mb, c->inv_temp);
+                if (s != DK_OK) break;
+                const int off = b->seq_start[s0];
+                ops_download(m->ctx, b->logp + off, m->logprob, (size_t)mb.T * sizeof(float));
+                if (want_entropy) ops_download(m->ctx, b->entropy + off, m->entropy, (size_t)mb.T * sizeof(float));
+                ppo_batch pb = ppo_view(b, c, s0, s1, cu);
+                ppo_stats ps;
+                s = ppo_loss(&c->ppo, &pb, denom > 0 ? denom : 1.0, dlogp + off, want_entropy ? dent + off : NULL, &ps);
+                if (s != DK_OK) break;
+                mini_loss += ps.loss;
+                stats_add(&acc, &ps, ps.n_tokens);
+                w_acc += ps.n_tokens;
+                ops_upload(m->ctx, m->dlogprob, dlogp + off, (size_t)mb.T * sizeof(float));
+                if (want_entropy) ops_upload(m->ctx, m->dentropy, dent + off, (size_t)mb.T * sizeof(float));
+                model_backward(m, m->dlogprob, want_entropy ? m->dentropy : NULL);
+                st->train_tokens += mb.T;
+            }
+            if (s != DK_OK) break;
+            st->grad_norm = optim_step(o, m->ctx, &m->params, &m->grads, c->lr);
+            st->optimizer_steps++;
+            loss_sum += mini_loss;
+            n_mini++;
+        }
+        stats_finish(&acc, w_acc);
+        st->ppo = acc;
+        st->loss = n_mini ? loss_sum / n_mini : 0;
+    }
+    ops_sync(m->ctx);
+    st->train_s = dk_now() - t0;
+    free(dlogp);
+    free(dent);
+    free(cu);
+    return s;
+}

@@ -1,0 +1,38 @@
+/* rl_update.h: the policy update of one RL step (DESIGN.md §6 step 7): the
+ * old logprobs recomputed by the training forward, then PPO epochs over
+ * mini-batches (one optimizer step each), each split into packed
+ * micro-batches whose gradients accumulate into the mini-batch's. */
+#ifndef DK_RL_UPDATE_H
+#define DK_RL_UPDATE_H
+
+#include "model/model.h"
+#include "rl/ppo.h"
+#include "trainer/optim.h"
+#include "trainer/rl_batch.h"
+
+typedef struct {
+    ppo_config ppo;
+    int epochs, mini_batches, micro_seqs; /* micro_seqs: sequences per packed micro-batch */
+    float inv_temp;                       /* 1 / sampling temperature: the rollout's distribution */
+    double lr;
+} rl_update_config;
+
+typedef struct {
+    ppo_stats ppo;          /* token-weighted means over all micro-batches of the last epoch */
+    double loss;            /* mean over mini-batches of the last epoch */
+    double grad_norm;       /* of the last optimizer step */
+    double entropy;         /* mean entropy over counted tokens (old policy) */
+    long train_tokens;      /* tokens through forward + backward */
+    double train_s;
+    int optimizer_steps;
+} rl_update_stats;
+
+/* Per-token logprobs (and entropies when entropy != NULL) of the batch under
+ * the model's current weights, forward only, into host arrays [b->T]. */
+dk_status rl_forward_logprobs(model *m, const rl_batch *b, int micro_seqs, float inv_temp, float *logp,
+                              float *entropy);
+/* Fills b->logp_old, runs the update; b->logp_ref must be filled when
+ * ppo.kl_coef > 0. */
+dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, rl_update_stats *st);
+
+#endif
