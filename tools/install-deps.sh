@@ -2,7 +2,8 @@
 # install-deps.sh: installs everything drkernel needs to build and test on a
 # Debian machine (DESIGN.md §11): the Debian packages and a Python venv .venv
 # with torch, triton and numpy for the KernelGym harness, plus transformers,
-# tokenizers and sentencepiece for the scripts that regenerate test fixtures.
+# tokenizers and sentencepiece for the scripts that regenerate test fixtures,
+# tensorboard for the test that reads our event files back.
 # Idempotent: a second run checks and returns in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The venv: the harness (torch, triton, numpy) and the fixture scripts.
-py_pkgs=(torch triton numpy safetensors transformers tokenizers sentencepiece)
+py_pkgs=(torch triton numpy safetensors transformers tokenizers sentencepiece tensorboard)
 stamp=.venv/.drkernel-deps
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${py_pkgs[*]}" ]; then
   echo "install-deps: python venv .venv: ${py_pkgs[*]}"
