@@ -1,5 +1,6 @@
 # Thin front end over CMake (DESIGN.md §1):
-#   make run   installs what is missing, builds, runs configs/tiny.ini
+#   make run   installs what is missing, builds, runs configs/tiny-sft.ini then
+#              configs/tiny.ini (cold-start SFT, then RL against KernelGym)
 #   make test  installs what is missing, builds, runs every test this machine can
 # `./train` and `./kernelgym` are left at the top of the checkout.
 JOBS ?= $(shell nproc)
@@ -18,6 +19,7 @@ build: deps
 	@if [ -x $(BUILD)/kernelgym ]; then ln -sf $(BUILD)/kernelgym kernelgym; fi
 
 run: build
+	./train configs/tiny-sft.ini
 	./train configs/tiny.ini
 
 test: build

@@ -49,6 +49,9 @@ struct rl_env {
     void (*score)(rl_env *env, const rl_task *tasks, const char *const *responses, int n, rl_turn_result *out);
     void (*free)(rl_env *env);
     void *impl;
+    /* Set by the caller (may be NULL): called as results come in. */
+    void (*progress)(void *user, long done, long total);
+    void *progress_user;
 };
 
 void rl_turn_result_clear(rl_turn_result *r);

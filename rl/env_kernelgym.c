@@ -59,7 +59,16 @@ static void kg_score(rl_env *env, const rl_task *tasks, const char *const *respo
     kg_result *res = dk_calloc((size_t)(n_jobs ? n_jobs : 1), sizeof *res);
     for (int j = 0; j < n_jobs; j++) kg_result_init(&res[j]);
     int n_done = 0;
-    dk_status st = n_jobs ? kg_client_run(k->client, jobs, n_jobs, k->cfg.wait_s, res, &n_done) : DK_OK;
+    dk_status st = n_jobs ? kg_client_submit_batch(k->client, jobs, n_jobs, res) : DK_OK;
+    /* Wait in slices so the caller sees results arrive; a slice's deadline
+     * passing is not an error, the wait simply continues. */
+    const double deadline = dk_now() + k->cfg.wait_s;
+    while (st == DK_OK && n_jobs && n_done < n_jobs) {
+        double left = deadline - dk_now();
+        if (left <= 0) break;
+        st = kg_client_wait(k->client, res, n_jobs, left < 1.0 ? left : 1.0, &n_done);
+        if (env->progress) env->progress(env->progress_user, n_done + (n - n_jobs), n);
+    }
     char lost[1024] = "";
     if (st != DK_OK) snprintf(lost, sizeof lost, "%s", dk_error());
     for (int i = 0; i < n; i++) {

@@ -74,7 +74,7 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
         r->task = i / n_samples;
         r->sample = i % n_samples;
         const rl_task *t = &tasks[r->task];
-        r->seq = gen_seq_new(e, rl_rollout_seed(c->seed, c->step, r->task, r->sample));
+        r->seq = gen_seq_new(e, rl_rollout_seed(c->seed, c->step, c->task_keys ? c->task_keys[r->task] : r->task, r->sample));
         char *prompt = NULL;
         st = prompt_first(c->first_template, t->id, t->name, t->level, t->source, &prompt);
         int no_room = 0;
@@ -103,6 +103,7 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
         st = gen_run(e, live, n_live, &c->gen);
         stats->generate_s += dk_now() - t0;
         if (st != DK_OK) break;
+        if (c->progress) c->progress(c->progress_user, "generate", turn + 1, n_live, n_live);
         for (int k = 0; k < n_live; k++) {
             rl_rollout *r = &out[live_idx[k]];
             gen_seq *s = r->seq;
@@ -120,6 +121,8 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
         }
         if (c->progress) c->progress(c->progress_user, "evaluate", turn + 1, 0, n_live);
         t0 = dk_now();
+        env->progress_user = c->progress_user;
+        env->progress = c->env_progress;
         env->score(env, pair_task, (const char *const *)texts, n_live, res);
         stats->env_s += dk_now() - t0;
         if (c->progress) c->progress(c->progress_user, "evaluate", turn + 1, n_live, n_live);

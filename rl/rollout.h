@@ -20,11 +20,14 @@ typedef struct {
     gen_params gen;             /* temperature, top-p/k, budget; stop tokens are set here */
     const char *first_template; /* NULL: the built-in prompt */
     const char *followup_template;
-    uint64_t seed;              /* with (step, task id, sample) keys each conversation's draws */
+    uint64_t seed;              /* with (step, task key, sample) keys each conversation's draws */
     int64_t step;
-    /* Called as phases advance (may be NULL): phase "generate" or "evaluate". */
+    const int64_t *task_keys;   /* stable id of each batch task (its index in the task set); NULL: position */
+    /* Called as phases advance (may be NULL): phase "generate" or "evaluate";
+     * done = 0 starts a phase, done = total ends it. */
     void (*progress)(void *user, const char *phase, int turn, long done, long total);
     void *progress_user;
+    void (*env_progress)(void *user, long done, long total); /* results of an "evaluate" phase */
 } rl_rollout_config;
 
 typedef struct {

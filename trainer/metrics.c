@@ -36,6 +36,14 @@ dk_status metrics_open(metrics_log *m, const char *run_dir, int keep_upto) {
     if (n_kept) fwrite(kept, 1, n_kept, m->f);
     free(kept);
     m->len = 0;
+    snprintf(path, sizeof path, "%s/tb", run_dir);
+    dk_status st = tb_open(&m->tb, path);
+    if (st != DK_OK) {
+        fclose(m->f);
+        m->f = NULL;
+        return st;
+    }
+    m->have_tb = 1;
     return DK_OK;
 }
 
@@ -46,6 +54,7 @@ static void put(metrics_log *m, const char *fmt, const char *key, const char *va
 }
 
 void metrics_begin(metrics_log *m, int step) {
+    m->step = step;
     m->len = snprintf(m->line, sizeof m->line, "{\"step\":%d", step);
 }
 
@@ -54,6 +63,7 @@ void metrics_add(metrics_log *m, const char *key, double value) {
     if (isfinite(value)) snprintf(v, sizeof v, "%.9g", value);
     else snprintf(v, sizeof v, "null"); /* JSON has no NaN */
     put(m, "%s\"%s\":%s", key, v);
+    if (m->have_tb) tb_scalar(&m->tb, key, m->step, value);
 }
 
 void metrics_add_str(metrics_log *m, const char *key, const char *value) {
@@ -73,9 +83,12 @@ void metrics_end(metrics_log *m) {
     if (!m->f) return;
     fprintf(m->f, "%s}\n", m->line);
     fflush(m->f);
+    if (m->have_tb) tb_flush(&m->tb);
 }
 
 void metrics_close(metrics_log *m) {
     if (m->f) fclose(m->f);
     m->f = NULL;
+    if (m->have_tb) tb_close(&m->tb);
+    m->have_tb = 0;
 }

@@ -1,17 +1,23 @@
 /* metrics.h: the run's metrics log, one JSON object per line in
  * RUN_DIR/metrics.jsonl, written and flushed at every step so a crash loses
- * nothing and a plotting tool can tail it. */
+ * nothing and a plotting tool can tail it. Every number also goes to a
+ * TensorBoard event file under RUN_DIR/tb, so `tensorboard --logdir RUN_DIR`
+ * shows the curves. */
 #ifndef DK_METRICS_H
 #define DK_METRICS_H
 
 #include <stdio.h>
 
 #include "common/error.h"
+#include "trainer/tensorboard.h"
 
 typedef struct {
     FILE *f;
     char line[8192];
     int len;
+    int step;
+    tb_writer tb;
+    int have_tb;
 } metrics_log;
 
 /* Opens RUN_DIR/metrics.jsonl. keep_upto < 0 starts it empty; otherwise the

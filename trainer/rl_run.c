@@ -24,7 +24,9 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/model_setup.h"
+#include "trainer/progress.h"
 #include "trainer/rl_batch.h"
+#include "trainer/rl_dump.h"
 #include "trainer/rl_env_setup.h"
 #include "trainer/rl_metrics.h"
 #include "trainer/rl_update.h"
@@ -86,10 +88,21 @@ static dk_status resume(const dk_config *cfg, model *m, optim *o, int *start) {
     return DK_OK;
 }
 
+/* One progress bar per phase of a turn: generating, then evaluating. */
 static void on_progress(void *user, const char *phase, int turn, long done, long total) {
-    (void)user;
-    if (done == 0) printf("  turn %d: %s %ld conversations\n", turn, phase, total);
-    fflush(stdout);
+    progress *p = user;
+    if (done == 0) {
+        char label[64];
+        snprintf(label, sizeof label, "turn %d %s", turn, phase);
+        progress_begin(p, label, total, stdout);
+    } else if (done >= total) {
+        progress_update(p, done, NULL);
+        progress_end(p);
+    }
+}
+
+static void on_env_progress(void *user, long done, long total) {
+    if (done < total) progress_update(user, done, NULL);
 }
 
 dk_status rl_run(const dk_config *cfg) {
@@ -186,7 +199,11 @@ dk_status rl_run(const dk_config *cfg) {
         rc.followup_template = follow_t;
         rc.seed = (uint64_t)cfg->run.seed;
         rc.step = step;
+        rc.task_keys = task_ids;
+        progress bar;
         rc.progress = on_progress;
+        rc.env_progress = on_env_progress;
+        rc.progress_user = &bar;
         rl_rollout_stats rs;
         st = rl_rollout_batch(eng, r.tok, es.env, batch_tasks, n_tasks, S, &rc, ro, &rs);
         if (st != DK_OK) break;
@@ -232,6 +249,7 @@ dk_status rl_run(const dk_config *cfg) {
             double step_s = dk_now() - t_step;
             rl_metrics_write(&ml, step + 1, &sum, &rs, &us, uc.lr, step_s);
             rl_metrics_print(step + 1, cfg->run.steps, &sum, &rs, &us, step_s);
+            st = rl_dump_rollouts(cfg->run.dir, step + 1, ro, B, batch_tasks, r.tok);
         }
         rl_batch_free(&b);
         rl_rollout_free(eng, ro, B);

@@ -196,7 +196,7 @@ static void test_derived(void) {
 
     /* a checkpoint: the tokenizer defaults to its tokenizer.json; the model is its config.json */
     const char *const ov[] = {"model.path=tests/fixtures/config/qwen3_tiny"};
-    s = config_load(&cfg, "configs/tiny.ini", 1, (char **)ov);
+    s = config_load(&cfg, "configs/tiny-sft.ini", 1, (char **)ov);
     CHECK(s == DK_OK, "model.path override on tiny.ini: %s", dk_error());
     CHECK(!strcmp(cfg.tokenizer.path, "tests/fixtures/tokenizers/bpe/tokenizer.json"), "tokenizer kept: %s",
           cfg.tokenizer.path);
@@ -208,7 +208,7 @@ static void test_derived(void) {
     CHECK(s == DK_OK && !strcmp(cfg.tokenizer.path, "tests/fixtures/config/qwen3_tiny/tokenizer.json"),
           "tokenizer from model.path: %s", cfg.tokenizer.path);
     const char *const bad[] = {"model.path=tests/fixtures/no_such_model"};
-    s = config_load(&cfg, "configs/tiny.ini", 1, (char **)bad);
+    s = config_load(&cfg, "configs/tiny-sft.ini", 1, (char **)bad);
     CHECK(s == DK_OK, "a missing checkpoint is found when the model is read: %s", dk_error());
     s = config_model(&cfg, &mc);
     CHECK(s == DK_ERR_USAGE && strstr(dk_error(), "tests/fixtures/no_such_model/config.json"), "missing model: %s",
@@ -248,10 +248,10 @@ static void test_round_trip(void) {
           "odd values read as dir '%s' train '%s' tasks '%s'", cfg.run.dir, cfg.data.train, cfg.data.tasks);
     if (s == DK_OK) round_trip("odd values", &cfg);
     const char *const ov[] = {"model.path=tests/fixtures/config/qwen3_tiny"};
-    if (config_load(&cfg, "configs/tiny.ini", 1, (char **)ov) == DK_OK) round_trip("with model.path", &cfg);
+    if (config_load(&cfg, "configs/tiny-sft.ini", 1, (char **)ov) == DK_OK) round_trip("with model.path", &cfg);
     /* a value that cannot be written as ini is refused, not saved wrong */
     const char *const semi[] = {"data.train=a ;b"};
-    s = config_load(&cfg, "configs/tiny.ini", 1, (char **)semi);
+    s = config_load(&cfg, "configs/tiny-sft.ini", 1, (char **)semi);
     char saved[300];
     snprintf(saved, sizeof saved, "%s/semi.ini", tmp);
     s = s ? s : config_save(&cfg, saved);
@@ -272,6 +272,17 @@ static void test_shipped(void) {
         dk_config cfg;
         model_config mc;
         dk_status s = config_load(&cfg, path, 0, NULL);
+        CHECK(s == DK_OK, "%s: %s", path, dk_error());
+        /* A config that starts from another run's checkpoint (tiny.ini after
+         * tiny-sft.ini) has no model to read until that run has happened. */
+        char cj[DK_CONFIG_STR + 16];
+        snprintf(cj, sizeof cj, "%s/config.json", cfg.model.path);
+        if (s == DK_OK && cfg.model.path[0] && access(cj, R_OK) != 0) {
+            printf("  %-26s loads; its model %s is made by another run\n", path, cfg.model.path);
+            round_trip(path, &cfg);
+            n++;
+            continue;
+        }
         if (s == DK_OK) s = config_model(&cfg, &mc);
         CHECK(s == DK_OK, "%s: %s", path, dk_error());
         if (s == DK_OK) {
@@ -306,8 +317,8 @@ static void test_shipped(void) {
                   "%s: recipe hyperparameters", pairs[i][0]);
     }
     dk_config tiny;
-    CHECK(config_load(&tiny, "configs/tiny.ini", 0, NULL) == DK_OK && tiny.run.mode == DK_MODE_SFT &&
-              tiny.run.device == DK_DEVICE_CPU && !strcmp(tiny.run.dir, "runs/tiny") && tiny.model.vocab_size == 512,
+    CHECK(config_load(&tiny, "configs/tiny-sft.ini", 0, NULL) == DK_OK && tiny.run.mode == DK_MODE_SFT &&
+              tiny.run.device == DK_DEVICE_CPU && !strcmp(tiny.run.dir, "runs/tiny-sft") && tiny.model.vocab_size == 512,
           "tiny.ini: %s", dk_error());
 }
 

@@ -195,7 +195,7 @@ static int export_all(const char *dir, const cJSON *expected) {
             return 1;
         }
     }
-    const char *inis[] = {"tiny", "drkernel8b", "drkernel14b"};
+    const char *inis[] = {"tiny-sft", "drkernel8b", "drkernel14b"};
     for (int i = 0; i < 3; i++) {
         char path[256], name[64];
         snprintf(path, sizeof path, "configs/%s.ini", inis[i]);

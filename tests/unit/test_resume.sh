@@ -9,7 +9,7 @@ set -eu
 train="${DK_BUILD:-build}/train"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-args=(configs/tiny.ini run.steps=4 ckpt.every=2 ckpt.keep=0 train.warmup_steps=1)
+args=(configs/tiny-sft.ini run.steps=4 ckpt.every=2 ckpt.keep=0 train.warmup_steps=1)
 "$train" "${args[@]}" run.dir="$tmp/a" ckpt.resume=none > "$tmp/a.log"
 mkdir -p "$tmp/b/ckpt"
 cp -r "$tmp/a/ckpt/step_00000002" "$tmp/b/ckpt/"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SFT on the CPU: trains configs/tiny.ini (tiny Qwen3, bundled conversations)
+# SFT on the CPU: trains configs/tiny-sft.ini (tiny Qwen3, bundled conversations)
 # and checks that metrics.jsonl has one line per step with the promised keys
 # and that the final loss is under half the initial one. Also checks the run
 # directory holds the config snapshot and a saved model that transformers
@@ -9,7 +9,7 @@ train="${DK_BUILD:-build}/train"
 py="${DK_PYTHON:-.venv/bin/python}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$train" configs/tiny.ini run.dir="$dir" > "$dir/log.txt"
+"$train" configs/tiny-sft.ini run.dir="$dir" > "$dir/log.txt"
 test -f "$dir/config.ini"
 "$py" - "$dir" <<'PY'
 import json, sys
@@ -25,7 +25,7 @@ print(f"sft tiny: loss {first:.4f} -> {last:.4f} over {steps} steps ({last / fir
 assert last < 0.5 * first, "final loss is not under half the initial loss"
 PY
 # The saved checkpoint loads in transformers.
-"$py" - "$dir/ckpt/step_00000060" <<'PY'
+"$py" - "$(ls -d "$dir"/ckpt/step_* | tail -1)" <<'PY'
 import sys, torch
 from transformers import AutoModelForCausalLM
 m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
