@@ -277,3 +277,25 @@ dk_status ckpt_load(const char *path, model *m, optim *o, ckpt_state *st) {
     snprintf(p, sizeof p, "%s/optim/rank_00000.bin", path);
     return load_optim(p, m, o);
 }
+
+dk_status ckpt_resume(const dk_config *cfg, model *m, optim *o, int *start) {
+    char path[4096];
+    const char *r = cfg->ckpt.resume;
+    *start = 0;
+    if (!strcmp(r, "none")) return DK_OK;
+    if (!strcmp(r, "auto")) {
+        DK_TRY(ckpt_find_latest(cfg->run.dir, path, sizeof path));
+        if (!path[0]) return DK_OK;
+    } else {
+        snprintf(path, sizeof path, "%s", r);
+    }
+    ckpt_state cs;
+    dk_status st = ckpt_load(path, m, o, &cs);
+    if (st != DK_OK) return dk_wrap(st, "[ckpt] resume: ");
+    if ((uint64_t)cfg->run.seed != cs.seed)
+        return dk_fail(DK_ERR_USAGE, "[ckpt] resume: %s was trained with run.seed = %llu, this run has %d", path,
+                       (unsigned long long)cs.seed, cfg->run.seed);
+    *start = cs.step;
+    printf("resumed from %s (step %d)\n", path, cs.step);
+    return DK_OK;
+}

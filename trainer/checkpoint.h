@@ -37,5 +37,9 @@ dk_status ckpt_find_latest(const char *run_dir, char *path, size_t n);
 /* Restores parameters, optimizer state and the state of a checkpoint directory
  * (one written by ckpt_save with the same model shape); errors name the file. */
 dk_status ckpt_load(const char *path, model *m, optim *o, ckpt_state *st);
+/* Applies [ckpt] resume: auto takes the newest complete checkpoint of the run
+ * directory (none there: a fresh start), a path takes that one, none starts
+ * fresh. *start is the step to continue from (0 when fresh). */
+dk_status ckpt_resume(const dk_config *cfg, model *m, optim *o, int *start);
 
 #endif

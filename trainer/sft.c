@@ -43,30 +43,6 @@ static void pack(packed *p, const sft_dataset *ds, const int *idx, int n) {
     }
 }
 
-/* Applies [ckpt] resume: auto takes the newest complete checkpoint of the run
- * directory (none there: a fresh start), a path takes that one. */
-static dk_status sft_resume(const dk_config *cfg, model *m, optim *opt, int *start) {
-    char path[4096];
-    const char *r = cfg->ckpt.resume;
-    *start = 0;
-    if (!strcmp(r, "none")) return DK_OK;
-    if (!strcmp(r, "auto")) {
-        DK_TRY(ckpt_find_latest(cfg->run.dir, path, sizeof path));
-        if (!path[0]) return DK_OK;
-    } else {
-        snprintf(path, sizeof path, "%s", r);
-    }
-    ckpt_state cs;
-    dk_status st = ckpt_load(path, m, opt, &cs);
-    if (st != DK_OK) return dk_wrap(st, "[ckpt] resume: ");
-    if ((uint64_t)cfg->run.seed != cs.seed)
-        return dk_fail(DK_ERR_USAGE, "[ckpt] resume: %s was trained with run.seed = %llu, this run has %d", path,
-                       (unsigned long long)cs.seed, cfg->run.seed);
-    *start = cs.step;
-    printf("resumed from %s (step %d)\n", path, cs.step);
-    return DK_OK;
-}
-
 dk_status sft_run(const dk_config *cfg) {
     const int B = cfg->train.batch_size, A = cfg->train.grad_accum, per_micro = B / A;
     const int max_tokens = per_micro * cfg->data.max_length;
@@ -94,7 +70,7 @@ dk_status sft_run(const dk_config *cfg) {
     lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps,
                          cfg->run.steps};
     int start = 0;
-    st = sft_resume(cfg, m, &opt, &start);
+    st = ckpt_resume(cfg, m, &opt, &start);
     if (st != DK_OK) goto done;
     metrics_log ml;
     st = metrics_open(&ml, cfg->run.dir, start > 0 ? start : -1);

@@ -7,6 +7,7 @@
 
 #include "common/util.h"
 #include "trainer/config.h"
+#include "trainer/eval_run.h"
 #include "trainer/rl_run.h"
 #include "trainer/sft.h"
 
@@ -48,9 +49,7 @@ int main(int argc, char **argv) {
     switch (cfg.run.mode) {
     case DK_MODE_SFT: st = sft_run(&cfg); break;
     case DK_MODE_RL: st = rl_run(&cfg); break;
-    default:
-        st = dk_fail(DK_ERR_USAGE, "%s: [run] mode = eval: use mode = rl or sft in this build", argv[1]);
-        break;
+    case DK_MODE_EVAL: st = eval_run(&cfg); break;
     }
     if (st != DK_OK) {
         fprintf(stderr, "train: %s\n", dk_error());
