@@ -12,9 +12,17 @@
 #include "rl/extract.h"
 
 typedef struct {
-    kg_client *client;
+    kg_client *client; /* NULL while Redis is unreachable */
+    char *url;
     rl_kg_config cfg;
 } kg_env;
+
+static void ensure_client(kg_env *k) {
+    if (k->client) return;
+    dk_status st;
+    k->client = kg_client_connect(k->url, &st);
+    if (!k->client) fprintf(stderr, "warning: kernelgym: %s; this batch is scored 0\n", dk_error());
+}
 
 static const char *no_code_feedback =
     "Your answer contained no ```python code block, so nothing was evaluated. Reply with the complete "
@@ -59,7 +67,11 @@ static void kg_score(rl_env *env, const rl_task *tasks, const char *const *respo
     kg_result *res = dk_calloc((size_t)(n_jobs ? n_jobs : 1), sizeof *res);
     for (int j = 0; j < n_jobs; j++) kg_result_init(&res[j]);
     int n_done = 0;
-    dk_status st = n_jobs ? kg_client_submit_batch(k->client, jobs, n_jobs, res) : DK_OK;
+    dk_status st = DK_OK;
+    if (n_jobs) {
+        ensure_client(k);
+        st = k->client ? kg_client_submit_batch(k->client, jobs, n_jobs, res) : DK_ERR_RUNTIME;
+    }
     /* Wait in slices so the caller sees results arrive; a slice's deadline
      * passing is not an error, the wait simply continues. */
     const double deadline = dk_now() + k->cfg.wait_s;
@@ -70,7 +82,12 @@ static void kg_score(rl_env *env, const rl_task *tasks, const char *const *respo
         if (env->progress) env->progress(env->progress_user, n_done + (n - n_jobs), n);
     }
     char lost[1024] = "";
-    if (st != DK_OK) snprintf(lost, sizeof lost, "%s", dk_error());
+    if (st != DK_OK) {
+        snprintf(lost, sizeof lost, "%s", dk_error());
+        /* Drop a broken connection; the next batch reconnects. */
+        if (k->client) kg_client_close(k->client);
+        k->client = NULL;
+    }
     for (int i = 0; i < n; i++) {
         if (slot[i] < 0) continue;
         kg_result *r = &res[slot[i]];
@@ -101,14 +118,16 @@ static void kg_score(rl_env *env, const rl_task *tasks, const char *const *respo
 
 static void kg_env_free(rl_env *env) {
     kg_env *k = env->impl;
-    kg_client_close(k->client);
+    if (k->client) kg_client_close(k->client);
+    free(k->url);
     free(k);
     free(env);
 }
 
-rl_env *rl_env_kernelgym_new(kg_client *client, const rl_kg_config *cfg) {
+rl_env *rl_env_kernelgym_new(const char *url, const rl_kg_config *cfg) {
     kg_env *k = dk_calloc(1, sizeof *k);
-    k->client = client;
+    k->url = dk_strdup(url);
+    ensure_client(k);
     k->cfg = *cfg;
     rl_env *env = dk_calloc(1, sizeof *env);
     env->name = "kernelgym";

@@ -17,7 +17,10 @@ typedef struct {
     const char *device;  /* "cpu" | "cuda" | NULL (the worker's) */
 } rl_kg_config;
 
-/* The env takes the client (it closes it). */
-rl_env *rl_env_kernelgym_new(kg_client *client, const rl_kg_config *cfg);
+/* Connects to the KernelGym Redis at url. When it cannot be reached, the env
+ * still works: every turn is scored 0 with outcome error and a feedback that
+ * says why, a warning goes to stderr, and the next batch tries to connect
+ * again, so a run survives a judge that comes and goes. */
+rl_env *rl_env_kernelgym_new(const char *url, const rl_kg_config *cfg);
 
 #endif

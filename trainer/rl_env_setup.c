@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "env/client.h"
 #include "rl/env_kernelgym.h"
 #include "rl/env_toy.h"
 
@@ -49,8 +48,6 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
         snprintf(url, sizeof url, "%s", s->fleet.url);
         printf("kernelgym: private fleet, %d %s worker(s)\n", s->fleet.n, device);
     }
-    kg_client *client = kg_client_connect(url, &st);
-    if (!client) return dk_wrap(st, "[kernelgym] redis: ");
     rl_kg_config kc;
     kc.timeout_s = cfg->kernelgym.timeout_s;
     /* The whole batch may queue behind few workers: give it room, bounded. */
@@ -60,7 +57,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
     kc.reward.speedup_cap = cfg->rl.speedup_cap;
     kc.reward.hack_penalty = cfg->rl.hack_penalty;
     kc.device = device;
-    s->env = rl_env_kernelgym_new(client, &kc);
+    s->env = rl_env_kernelgym_new(url, &kc);
     return DK_OK;
 }
 
