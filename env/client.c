@@ -1,0 +1,294 @@
+/* client.c: the two client modes of client.h. Bookkeeping shared by both:
+ * `outstanding` maps every submitted id whose result was not yet returned to
+ * NULL (nothing arrived) or to the result JSON that arrived while nobody was
+ * waiting for it. An id leaves the map when its result is returned, which is
+ * what makes later duplicate notifications harmless. */
+#define _GNU_SOURCE
+#include "env/client.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "env/proc_util.h"
+#include "env/queue.h"
+#include "env/redis_conn.h"
+#include "env/strmap.h"
+
+#define KG_JOB_TTL_S (7.0 * 86400.0) /* a queued job no worker took in a week is dropped */
+#define KG_CLIENT_REAP_S 5.0         /* how often a waiting client runs the reaper */
+#define KG_CLIENT_BLOCK_S 1.0        /* BLPOP slice between reaper runs */
+
+typedef struct local_job {
+    struct local_job *next;
+    char id[KG_ID_LEN];
+    cJSON *job;
+} local_job;
+
+struct kg_client {
+    char name[64]; /* short enough that "<name>-<seq>" fits KG_ID_LEN */
+    unsigned long long seq;
+    kg_strmap outstanding;
+    /* Redis mode */
+    int is_redis;
+    redisContext *rc; /* NULL after a failed reconnect: the next call retries */
+    kg_redis_url url;
+    double next_reap;
+    /* local mode */
+    kg_evaluator *ev;
+    local_job *head, *tail;
+};
+
+/* One new connection after a dropped one; the done list lives in Redis, so
+ * nothing is lost in between. */
+static dk_status reconnect(kg_client *c) {
+    redisFree(c->rc);
+    c->rc = NULL;
+    redisContext *rc = NULL;
+    dk_status st = kg_redis_connect(&c->url, 10.0, &rc);
+    if (st != DK_OK) return dk_wrap(st, "client %s: lost Redis and could not reconnect: ", c->name);
+    kg_redis_set_timeout(rc, KG_CLIENT_BLOCK_S + 30.0);
+    c->rc = rc;
+    return DK_OK;
+}
+
+static kg_client *client_new(void) {
+    kg_client *c = dk_calloc(1, sizeof *c);
+    char host[64], rnd[9];
+    kg_hostname(host, sizeof host);
+    kg_random_hex(rnd, 4);
+    snprintf(c->name, sizeof c->name, "%.32s-%d-%s", host, (int)getpid(), rnd);
+    kg_strmap_init(&c->outstanding);
+    return c;
+}
+
+kg_client *kg_client_connect(const char *url, dk_status *st) {
+    kg_ignore_sigpipe();
+    kg_client *c = client_new();
+    c->is_redis = 1;
+    *st = kg_redis_url_parse(url, &c->url);
+    if (*st == DK_OK) *st = kg_redis_connect(&c->url, 10.0, &c->rc);
+    if (*st != DK_OK) {
+        kg_client_close(c);
+        return NULL;
+    }
+    kg_redis_set_timeout(c->rc, KG_CLIENT_BLOCK_S + 30.0);
+    return c;
+}
+
+kg_client *kg_client_local(const kg_evaluator_config *cfg, dk_status *st) {
+    kg_ignore_sigpipe();
+    kg_client *c = client_new();
+    kg_evaluator_config def;
+    if (!cfg) {
+        kg_evaluator_config_default(&def);
+        cfg = &def;
+    }
+    c->ev = kg_evaluator_new(cfg);
+    *st = DK_OK;
+    return c;
+}
+
+void kg_client_close(kg_client *c) {
+    if (!c) return;
+    if (c->rc) {
+        if (!c->rc->err && kg_queue_drop_client(c->rc, c->name) != DK_OK) dk_error_clear();
+        redisFree(c->rc);
+    }
+    while (c->head) {
+        local_job *j = c->head;
+        c->head = j->next;
+        cJSON_Delete(j->job);
+        free(j);
+    }
+    if (c->ev) kg_evaluator_free(c->ev);
+    kg_strmap_free(&c->outstanding, free);
+    free(c);
+}
+
+const char *kg_client_name(const kg_client *c) { return c->name; }
+
+dk_status kg_client_submit_batch(kg_client *c, const kg_job *jobs, int n, kg_result *out) {
+    if (n < 0) return dk_fail(DK_ERR_USAGE, "kg_client_submit_batch: negative job count %d", n);
+    char **texts = dk_calloc((size_t)(n ? n : 1), sizeof(char *));
+    cJSON **objs = dk_calloc((size_t)(n ? n : 1), sizeof(cJSON *));
+    dk_status st = DK_OK;
+    for (int i = 0; i < n && st == DK_OK; i++) {
+        kg_result_init(&out[i]);
+        snprintf(out[i].id, sizeof out[i].id, "%s-%llu", c->name, ++c->seq);
+        st = kg_job_to_json(&jobs[i], out[i].id, c->is_redis ? c->name : NULL, &objs[i]);
+        if (st != DK_OK) dk_wrap(st, "job %d: ", i);
+        else if (c->is_redis && !(texts[i] = cJSON_PrintUnformatted(objs[i]))) DK_ABORT("cJSON_PrintUnformatted: out of memory");
+    }
+    if (st == DK_OK && c->is_redis && !c->rc) st = reconnect(c);
+    if (st == DK_OK && c->is_redis) {
+        const char **ids = dk_malloc(sizeof(char *) * (size_t)(n ? n : 1));
+        for (int i = 0; i < n; i++) ids[i] = out[i].id;
+        st = kg_queue_push(c->rc, n, ids, (const char *const *)texts, KG_JOB_TTL_S);
+        free(ids);
+    }
+    if (st == DK_OK) {
+        for (int i = 0; i < n; i++) {
+            kg_strmap_put(&c->outstanding, out[i].id, NULL);
+            if (c->ev) { /* local: queue it in memory, in order */
+                local_job *j = dk_calloc(1, sizeof *j);
+                snprintf(j->id, sizeof j->id, "%s", out[i].id);
+                j->job = objs[i];
+                objs[i] = NULL;
+                if (c->tail) c->tail->next = j;
+                else c->head = j;
+                c->tail = j;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        cJSON_Delete(objs[i]);
+        free(texts[i]);
+    }
+    free(objs);
+    free(texts);
+    return st;
+}
+
+dk_status kg_client_submit(kg_client *c, const kg_job *job, char id_out[KG_ID_LEN]) {
+    kg_result r;
+    dk_status st = kg_client_submit_batch(c, job, 1, &r);
+    if (st == DK_OK) snprintf(id_out, KG_ID_LEN, "%s", r.id);
+    kg_result_free(&r);
+    return st;
+}
+
+/* Fills slot r from a result JSON (an unreadable one becomes status error). */
+static void fill(kg_result *r, const char *id, const char *json) {
+    char keep[KG_ID_LEN];
+    snprintf(keep, sizeof keep, "%s", id);
+    if (kg_result_parse(json, r) != DK_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "unreadable result: %s", dk_error());
+        dk_error_clear();
+        cJSON *e = kg_result_make_error(id, KG_STATUS_ERROR, msg);
+        kg_result_from_json(e, r);
+        cJSON_Delete(e);
+    }
+    snprintf(r->id, sizeof r->id, "%s", keep);
+}
+
+/* A result for id arrived: give it to its slot or keep it for later. */
+static void deliver(kg_client *c, kg_strmap *slots, kg_result *out, const char *id, char *json) {
+    int found = 0;
+    void *slot = kg_strmap_get(slots, id, &found);
+    if (found) {
+        fill(&out[(intptr_t)slot - 1], id, json);
+        kg_strmap_remove(slots, id, NULL);
+        kg_strmap_remove(&c->outstanding, id, NULL);
+        free(json);
+    } else {
+        free(kg_strmap_put(&c->outstanding, id, json));
+    }
+}
+
+static int count_done(const kg_result *out, int n) {
+    int d = 0;
+    for (int i = 0; i < n; i++) d += out[i].status != KG_STATUS_PENDING;
+    return d;
+}
+
+/* One notification from the done list (Redis mode); *idle when none came. */
+static dk_status redis_step(kg_client *c, kg_strmap *slots, kg_result *out, double block_s, int *idle) {
+    *idle = 1;
+    if (dk_now() >= c->next_reap) {
+        DK_TRY(kg_queue_reap(c->rc, c->name, KG_CLIENT_REAP_S * 0.9, NULL));
+        c->next_reap = dk_now() + KG_CLIENT_REAP_S;
+    }
+    char id[KG_ID_LEN];
+    int got = 0;
+    DK_TRY(kg_queue_next_done(c->rc, c->name, block_s, id, &got));
+    if (!got) return DK_OK;
+    *idle = 0;
+    int found = 0;
+    void *stashed = kg_strmap_get(&c->outstanding, id, &found);
+    char *json = NULL;
+    if (!found || stashed) {
+        /* Already returned or already here: a duplicate completion. Its
+         * second result copy is not needed by anyone. */
+        redisReply *r = kg_redis_cmd(c->rc, "DEL kg:result:%s", id);
+        if (r) freeReplyObject(r);
+        return r ? DK_OK : DK_ERR_RUNTIME;
+    }
+    DK_TRY(kg_queue_fetch_result(c->rc, id, 1, &json));
+    if (json) deliver(c, slots, out, id, json);
+    return DK_OK;
+}
+
+/* Runs the next in-memory job (local mode); *idle when there is none. */
+static dk_status local_step(kg_client *c, kg_strmap *slots, kg_result *out, int *idle) {
+    local_job *j = c->head;
+    *idle = j == NULL;
+    if (!j) return DK_OK;
+    cJSON *result = NULL;
+    DK_TRY(kg_evaluator_run(c->ev, j->job, NULL, &result));
+    c->head = j->next;
+    if (!c->head) c->tail = NULL;
+    char *json = cJSON_PrintUnformatted(result);
+    cJSON_Delete(result);
+    if (!json) DK_ABORT("cJSON_PrintUnformatted: out of memory");
+    deliver(c, slots, out, j->id, json);
+    cJSON_Delete(j->job);
+    free(j);
+    return DK_OK;
+}
+
+dk_status kg_client_wait(kg_client *c, kg_result *out, int n, double timeout_s, int *n_done) {
+    if (n_done) *n_done = count_done(out, n);
+    if (!(timeout_s >= 0)) return dk_fail(DK_ERR_USAGE, "kg_client_wait: timeout must be >= 0, got %g", timeout_s);
+    if (c->is_redis && !c->rc) DK_TRY(reconnect(c));
+    kg_strmap slots;
+    kg_strmap_init(&slots);
+    dk_status st = DK_OK;
+    for (int i = 0; i < n && st == DK_OK; i++) {
+        if (out[i].status != KG_STATUS_PENDING) continue;
+        int found = 0;
+        char *stashed = kg_strmap_get(&c->outstanding, out[i].id, &found);
+        if (!found) {
+            st = dk_fail(DK_ERR_USAGE,
+                         "kg_client_wait: job '%s' (slot %d) was not submitted by this client or its result was already returned",
+                         out[i].id, i);
+        } else if (stashed) {
+            fill(&out[i], out[i].id, stashed);
+            kg_strmap_remove(&c->outstanding, out[i].id, NULL);
+            free(stashed);
+        } else {
+            kg_strmap_put(&slots, out[i].id, (void *)(intptr_t)(i + 1));
+        }
+    }
+    double deadline = dk_now() + timeout_s;
+    while (st == DK_OK && slots.count > 0) {
+        double left = deadline - dk_now();
+        int idle = 1;
+        if (c->is_redis) {
+            if (left <= 0) {
+                /* One last look at what is already there. */
+                st = redis_step(c, &slots, out, 0, &idle);
+                if (idle) break;
+                continue;
+            }
+            st = redis_step(c, &slots, out, left < KG_CLIENT_BLOCK_S ? left : KG_CLIENT_BLOCK_S, &idle);
+            if (st != DK_OK && c->rc->err) st = reconnect(c);
+        } else {
+            if (left <= 0) break;
+            st = local_step(c, &slots, out, &idle);
+            if (idle) break; /* nothing left to run: the rest cannot finish */
+        }
+    }
+    kg_strmap_free(&slots, NULL);
+    if (n_done) *n_done = count_done(out, n);
+    return st;
+}
+
+dk_status kg_client_run(kg_client *c, const kg_job *jobs, int n, double timeout_s, kg_result *out, int *n_done) {
+    DK_TRY(kg_client_submit_batch(c, jobs, n, out));
+    return kg_client_wait(c, out, n, timeout_s, n_done);
+}

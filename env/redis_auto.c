@@ -1,0 +1,146 @@
+/* redis_auto.c: start, probe and stop a private redis-server. */
+#define _GNU_SOURCE
+#include "env/redis_auto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "env/proc_util.h"
+#include "env/redis_conn.h"
+
+int kg_redis_server_available(void) {
+    char path[4096];
+    return kg_find_in_path("redis-server", path, sizeof path);
+}
+
+static void remove_dir(const char *dir) {
+    const char *files[] = {"redis.sock", "redis.conf", "redis.log"};
+    char p[512];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static void log_tail(const char *dir, char *out, size_t n) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/redis.log", dir);
+    out[0] = '\0';
+    char *text = NULL;
+    size_t len = 0;
+    if (dk_read_file(p, &text, &len) != DK_OK) {
+        dk_error_clear();
+        return;
+    }
+    size_t keep = n - 1 < 400 ? n - 1 : 400;
+    snprintf(out, n, "%s", len > keep ? text + len - keep : text);
+    free(text);
+}
+
+static dk_status write_config(const kg_redis_auto *ra, const char *password) {
+    char path[512], conf[2048];
+    snprintf(path, sizeof path, "%s/redis.conf", ra->dir);
+    int n = snprintf(conf, sizeof conf,
+                     "port 0\n"
+                     "unixsocket %s/redis.sock\n"
+                     "unixsocketperm 700\n"
+                     "requirepass %s\n"
+                     "save \"\"\n"
+                     "appendonly no\n"
+                     "dir %s\n"
+                     "logfile %s/redis.log\n"
+                     "daemonize no\n",
+                     ra->dir, password, ra->dir, ra->dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return dk_fail(DK_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
+    ssize_t w = write(fd, conf, (size_t)n);
+    close(fd);
+    if (w != n) return dk_fail(DK_ERR_RUNTIME, "%s: short write", path);
+    return DK_OK;
+}
+
+dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s) {
+    memset(ra, 0, sizeof *ra);
+    char exe[4096];
+    if (!kg_find_in_path("redis-server", exe, sizeof exe))
+        return dk_fail(DK_ERR_RUNTIME, "--redis auto: redis-server is not in PATH (install the redis-server package)");
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp || strlen(tmp) > 60) tmp = "/tmp";
+    snprintf(ra->dir, sizeof ra->dir, "%s/kernelgym-redis-XXXXXX", tmp);
+    if (!mkdtemp(ra->dir)) return dk_fail(DK_ERR_RUNTIME, "--redis auto: mkdtemp %s: %s", ra->dir, strerror(errno));
+    char password[65];
+    kg_random_hex(password, 24);
+    dk_status s = write_config(ra, password);
+    if (s != DK_OK) {
+        remove_dir(ra->dir);
+        return s;
+    }
+    char conf[512];
+    snprintf(conf, sizeof conf, "%s/redis.conf", ra->dir);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        remove_dir(ra->dir);
+        return dk_fail(DK_ERR_RUNTIME, "--redis auto: fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        kg_child_setup(parent, SIGTERM);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+            dup2(devnull, 0);
+            dup2(devnull, 1);
+        }
+        execl(exe, "redis-server", conf, (char *)NULL);
+        _exit(127);
+    }
+    ra->pid = pid;
+    ra->owner = parent;
+    snprintf(ra->url, sizeof ra->url, "unix://%s/redis.sock?password=%s", ra->dir, password);
+
+    kg_redis_url u;
+    if (kg_redis_url_parse(ra->url, &u) != DK_OK) DK_ABORT("auto redis URL does not parse: %s", dk_error());
+    double deadline = dk_now() + timeout_s;
+    for (;;) {
+        int ws;
+        if (kg_wait_exit(pid, 0, &ws)) {
+            char why[128], tail[512];
+            kg_describe_exit(ws, why, sizeof why);
+            log_tail(ra->dir, tail, sizeof tail);
+            ra->pid = 0;
+            remove_dir(ra->dir);
+            return dk_fail(DK_ERR_RUNTIME, "--redis auto: redis-server stopped at start-up (%s)%s%s", why,
+                           tail[0] ? "; its log ends with: " : "", tail);
+        }
+        redisContext *c = NULL;
+        if (kg_redis_connect(&u, 1.0, &c) == DK_OK) {
+            redisFree(c);
+            dk_error_clear();
+            return DK_OK;
+        }
+        if (dk_now() > deadline) {
+            char tail[512];
+            log_tail(ra->dir, tail, sizeof tail);
+            kg_redis_auto_stop(ra);
+            return dk_fail(DK_ERR_RUNTIME, "--redis auto: redis-server did not answer within %.0f s%s%s", timeout_s,
+                           tail[0] ? "; its log ends with: " : "", tail);
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void kg_redis_auto_stop(kg_redis_auto *ra) {
+    if (ra->pid <= 0 || ra->owner != getpid()) return;
+    kg_terminate(ra->pid, 0, 5.0);
+    ra->pid = 0;
+    remove_dir(ra->dir);
+}

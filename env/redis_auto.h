@@ -1,0 +1,33 @@
+/* redis_auto.h: `--redis auto`, a private redis-server for one machine. It
+ * listens only on a unix socket inside a fresh 0700 temp dir, requires a
+ * random password (written to a 0600 config file, never on a command line),
+ * keeps nothing on disk (save "", appendonly no), lives in its own process
+ * group and dies with the process that started it. Stop it with
+ * kg_redis_auto_stop, which also removes the temp dir. */
+#ifndef KG_REDIS_AUTO_H
+#define KG_REDIS_AUTO_H
+
+#include <sys/types.h>
+
+#include "common/error.h"
+
+typedef struct {
+    pid_t pid;   /* redis-server, 0 when not running */
+    pid_t owner; /* the process that started it: only it may stop it */
+    char dir[256];
+    char url[1400]; /* unix:///DIR/redis.sock?password=... */
+} kg_redis_auto;
+
+/* The temp dir is made under $TMPDIR when that is short (unix socket paths
+ * are limited to 107 bytes), else /tmp.
+ * Fails (runtime) when redis-server is not in PATH or does not answer within
+ * timeout_s; the message then quotes the end of its log. Call it from a
+ * thread that lives as long as the server should (the parent-death signal
+ * follows the starting thread). */
+dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s);
+void kg_redis_auto_stop(kg_redis_auto *ra);
+
+/* 1 when redis-server can be found in PATH. */
+int kg_redis_server_available(void);
+
+#endif

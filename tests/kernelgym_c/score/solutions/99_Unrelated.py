@@ -1,0 +1,4 @@
+# no such task
+# fake-result: {"speedup": 9.0}
+class ModelNew:
+    pass
