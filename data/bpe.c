@@ -18,7 +18,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "data/bpe_internal.h"
 
-
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
