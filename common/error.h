@@ -8,6 +8,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     DK_OK = 0,
     DK_ERR_RUNTIME = 1, /* bad data file, I/O failure, numerical trouble */
@@ -36,5 +40,9 @@ void dk_abort_at(const char *file, int line, const char *fmt, ...) __attribute__
         dk_status dk_try_s_ = (expr);                                                     \
         if (dk_try_s_ != DK_OK) return dk_try_s_;                                         \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

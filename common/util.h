@@ -8,6 +8,10 @@
 
 #include "common/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void *dk_malloc(size_t n);             /* aborts with file:line on failure */
 void *dk_calloc(size_t n, size_t size);
 void *dk_realloc(void *p, size_t n);
@@ -21,5 +25,9 @@ int dk_file_exists(const char *path);
 int dk_dir_exists(const char *path);
 
 double dk_now(void); /* monotonic seconds */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

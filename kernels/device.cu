@@ -3,9 +3,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
-extern "C" {
 #include "kernels/device.h"
-}
 
 extern "C" int device_count(void) {
     int n = 0;

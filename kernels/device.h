@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Number of usable CUDA devices (0 without a driver, a GPU or CUDA support). */
 int device_count(void);
 /* "NVIDIA H200, sm_90, 139.8 GiB, 132 SMs" into buf; returns 0 on success. */
@@ -13,5 +17,9 @@ int device_describe(int ordinal, char *buf, size_t n);
 
 /* Free device memory in bytes (0 without a GPU). */
 size_t device_free_bytes(int ordinal);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

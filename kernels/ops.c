@@ -10,6 +10,7 @@
 #include "kernels/ops_cpu.h"
 #ifdef DK_HAVE_CUDA_OPS
 #include "kernels/ops_cuda.h"
+#include "kernels/ops_cuda_infer.h"
 #endif
 
 /* A ctx that names a device outside this build's table can only come from a
@@ -215,4 +216,23 @@ void ops_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
 void ops_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, float *m, float *v, size_t n,
                float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
     DISPATCH(adamw, ctx, param, master, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+}
+
+/* ---- generation ----------------------------------------------------------------- */
+
+void ops_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
+                  const int32_t *slot_mapping, int T, int Hkv, int D) {
+    DISPATCH(kv_write, ctx, k_cache, v_cache, k, v, slot_mapping, T, Hkv, D);
+}
+
+void ops_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
+                         const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
+                         int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale) {
+    DISPATCH(paged_attention, ctx, out, q, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, n_seqs, T, Hq,
+             Hkv, D, page_size, scale);
+}
+
+void ops_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float *logits, const sample_params *params, int n,
+                int V) {
+    DISPATCH(sample, ctx, tokens, logprob, logits, params, n, V);
 }

@@ -120,8 +120,8 @@ void ops_rope_backward(ops_ctx *ctx, void *dx, const int32_t *pos, int T, int H,
  * for the backward. scale is usually 1/sqrt(D). Tokens after cu_seqlens[n_seqs]
  * (padding) get out = 0, lse = 0 and zero gradients. The backward recomputes
  * probabilities from lse and sums dk/dv over a group's query heads in head
- * order, so it is deterministic. CPU scratch: 2 * min(64, L) * L floats for
- * the longest sequence L. */
+ * order, so it is deterministic. Scratch: on the CPU 2 * min(64, L) * L
+ * floats for the longest sequence L; on CUDA Hq * T floats (backward). */
 void ops_attention_forward(ops_ctx *ctx, void *out, float *lse, const void *q, const void *k, const void *v,
                            const int32_t *cu_seqlens, int n_seqs, int T, int Hq, int Hkv, int D, float scale);
 void ops_attention_backward(ops_ctx *ctx, void *dq, void *dk, void *dv, const void *dout, const void *q,
@@ -163,5 +163,42 @@ void ops_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
  * grad_scale first (global-norm clipping and loss scaling), then left as is. */
 void ops_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, float *m, float *v, size_t n,
                float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);
+
+/* ---- generation ---------------------------------------------------------------- */
+
+/* The paged KV cache of one layer: k_cache and v_cache are [n_pages,
+ * page_size, Hkv, D] (act). A token's slot is page * page_size + offset; the
+ * pages of sequence s are block_table[s * max_pages + i], i = 0, 1, ...
+ * ops_kv_write stores k[t], v[t] ([T, Hkv, D]) at slot_mapping[t]. */
+void ops_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
+                  const int32_t *slot_mapping, int T, int Hkv, int D);
+/* Attention of new query tokens against the paged cache (decode: one query
+ * per sequence; continuation prefill: several). Sequence s has queries
+ * cu_q[s] .. cu_q[s+1]-1, the last n_q of its ctx_lens[s] cached tokens (their
+ * k/v already written), and query i attends causally to cached positions
+ * 0 .. ctx_lens[s] - n_q + i. q and out are [T, Hq, D]; GQA as above. Long
+ * contexts may be split along the context and merged (scratch). */
+void ops_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
+                         const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
+                         int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale);
+
+/* Per-row sampling settings (device memory). temperature 0 is greedy. The
+ * random draw is a counter-based function of (seed, counter), so a rollout
+ * is reproducible whatever the batch it runs in. */
+typedef struct {
+    float temperature;
+    float top_p;  /* 1: off */
+    int top_k;    /* 0: off */
+    int pad;
+    uint64_t seed;
+    uint64_t counter; /* e.g. the token's position in its sequence */
+} sample_params;
+
+/* Samples one token per row of logits[n, V] (fp32; may be overwritten as
+ * scratch) after temperature, top-k and top-p truncation. logprob[i] is the
+ * sampled token's log-probability under softmax(logits / T) over the FULL
+ * vocabulary (T = 1 when greedy): what the training forward recomputes. */
+void ops_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float *logits, const sample_params *params, int n,
+                int V);
 
 #endif

@@ -76,4 +76,13 @@ void cpu_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
 void cpu_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, float *m, float *v, size_t n,
                float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);
 
+/* kv_write_cpu.c, paged_attention_cpu.c, sample_cpu.c */
+void cpu_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
+                  const int32_t *slot_mapping, int T, int Hkv, int D);
+void cpu_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
+                         const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
+                         int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale);
+void cpu_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float *logits, const sample_params *params, int n,
+                int V);
+
 #endif
