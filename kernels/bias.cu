@@ -5,8 +5,8 @@
  * The column sums are deterministic without atomics: a 2-D grid gives each
  * block a strip of columns and a fixed share of the rows; the block reduces
  * its rows in a fixed order and writes one row of partial sums to scratch;
- * a second kernel adds the partials of each column in index order and
- * accumulates the total into dbias. */
+ * a second kernel (colsum_partials_acc) adds the partials of each column in a
+ * fixed order and accumulates the total into dbias. */
 #include "kernels/cuda_common.cuh"
 
 __global__ void bias_forward_vec(bf16 *y, const bf16 *__restrict__ bias, size_t n8, int c8) {
@@ -46,6 +46,7 @@ template <int VEC>
 __global__ void __launch_bounds__(COLSUM_X *COLSUM_Y)
     bias_colsum_partial(float *partial, const bf16 *__restrict__ dy, int N, int C) {
     __shared__ float sh[COLSUM_Y][COLSUM_X * VEC];
+    allow_dependent_launch();
     const int col = (blockIdx.x * COLSUM_X + threadIdx.x) * VEC;
     float acc[VEC];
 #pragma unroll
@@ -77,15 +78,6 @@ __global__ void __launch_bounds__(COLSUM_X *COLSUM_Y)
     }
 }
 
-/* out[c] += sum over s of partial[s][c], s in index order. */
-__global__ void bias_colsum_final(float *out, const float *partial, int S, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0.0f;
-    for (int i = 0; i < S; i++) s += partial[(size_t)i * C + c];
-    out[c] += s;
-}
-
 extern "C" void cuda_bias_backward(ops_ctx *ctx, float *dbias, const void *dy, int N, int C) {
     if (N <= 0 || C <= 0) return;
     cudaStream_t st = ctx_stream(ctx);
@@ -106,6 +98,6 @@ extern "C" void cuda_bias_backward(ops_ctx *ctx, float *dbias, const void *dy, i
     if (vec == 8) bias_colsum_partial<8><<<grid, block, 0, st>>>(partial, (const bf16 *)dy, N, C);
     else bias_colsum_partial<1><<<grid, block, 0, st>>>(partial, (const bf16 *)dy, N, C);
     CUDA_LAUNCH_CHECK();
-    bias_colsum_final<<<div_up((size_t)C, 256), 256, 0, st>>>(dbias, partial, (int)S, C);
+    colsum_partials_launch(st, dbias, partial, (int)S, C);
     CUDA_LAUNCH_CHECK();
 }

@@ -16,7 +16,12 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+/* The project's C headers, with C linkage for this C++ translation unit;
+ * first here, before anything else includes them. */
+extern "C" {
 #include "common/error.h"
+#include "common/util.h"
+}
 #include "kernels/ops_cuda.h"
 
 #define CUDA_CHECK(call)                                                                            \
@@ -68,6 +73,23 @@ static inline unsigned int grid_for(const ops_ctx *ctx, size_t work, unsigned in
     size_t g = need < cap ? need : cap;
     return (unsigned int)(g > 0 ? g : 1);
 }
+
+#ifdef __CUDACC__
+/* Blocks for a grid-stride kernel: as many as can be resident at once (the
+ * kernel's occupancy times the multiprocessor count), never more than the
+ * work needs. A grid larger than that would run in a second, partial wave
+ * that leaves most of the machine idle at the end. Fixed for a given device
+ * and kernel, so work-to-block assignment (and any per-block partial sum)
+ * does not change from run to run. */
+template <typename K>
+static inline unsigned int grid_resident(const ops_ctx *ctx, K kernel, int block, size_t smem, size_t work_blocks) {
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem));
+    size_t cap = (size_t)cuda_sm_count(ctx) * (size_t)(per_sm > 0 ? per_sm : 1);
+    size_t g = work_blocks < cap ? work_blocks : cap;
+    return (unsigned int)(g > 0 ? g : 1);
+}
+#endif
 
 /* ---- device helpers ------------------------------------------------------------ */
 
@@ -132,6 +154,75 @@ __device__ __forceinline__ T block_sum(T v, T *sh) {
     __syncthreads();
     return s;
 }
+
+/* Sum over aligned teams of `tpr` consecutive threads (a power of two, up to
+ * the block size): every thread of a team gets its team's sum, added in the
+ * same order on every run. Teams wider than a warp go through `sh` (32
+ * values) and block barriers, so every thread of the block must call it. */
+template <typename T>
+__device__ __forceinline__ T team_sum(T v, int tpr, T *sh) {
+    if (tpr <= 32) return group_sum(v, tpr);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wpt = tpr >> 5;
+    v = warp_sum(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    const int first = (warp / wpt) * wpt;
+    T s = (T)0;
+    for (int i = 0; i < wpt; i++) s += sh[first + i];
+    __syncthreads();
+    return s;
+}
+
+/* out[c] += sum over s = 0..S-1 of partial[s * C + c], deterministic: thread
+ * (x, y) of an 8 x 128 block sums rows y, y + 128, ... of column c in order,
+ * then the 128 row lanes are added in a fixed tree. The second stage of
+ * every per-block-partials column reduction (bias, norm weights); 8 columns
+ * per block (a 32-byte sector per row) keep C / 8 blocks busy even for the
+ * 128-wide q/k norm, and each thread sums only S / 128 values. */
+#define COLSUM_COLS 8
+#define COLSUM_ROWS 128
+template <typename T>
+__global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
+    colsum_partials_acc(float *out, const T *partial, int S, int C) {
+    __shared__ float sh[COLSUM_ROWS][COLSUM_COLS + 1];
+    /* Launched early behind the kernel that writes the partials (see
+     * colsum_partials_launch); wait here until that kernel has completed and
+     * its writes are visible. */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    const int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
+    float s = 0.0f;
+    if (c < C)
+        for (int i = threadIdx.y; i < S; i += COLSUM_ROWS) s += (float)partial[(size_t)i * C + c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    for (int w = COLSUM_ROWS / 2; w > 0; w >>= 1) {
+        if (threadIdx.y < w) sh[threadIdx.y][threadIdx.x] += sh[threadIdx.y + w][threadIdx.x];
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && c < C) out[c] += sh[0][threadIdx.x];
+}
+
+/* Launched with programmatic dependent launch (Hopper): the kernel before
+ * it lets dependents start (griddepcontrol.launch_dependents), so this launch
+ * and its block scheduling overlap that kernel's tail instead of following
+ * its completion; griddepcontrol.wait in the kernel keeps the ordering. */
+static inline void colsum_partials_launch(cudaStream_t st, float *out, const float *partial, int S, int C) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3(div_up((size_t)C, COLSUM_COLS));
+    cfg.blockDim = dim3(COLSUM_COLS, COLSUM_ROWS);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, colsum_partials_acc<float>, out, partial, S, C));
+}
+
+/* For the kernels that feed colsum_partials_launch: let the dependent
+ * launch begin (its blocks still wait for this grid to finish). */
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
 
 #endif /* __CUDACC__ */
 

@@ -3,8 +3,9 @@
  * the sum of squares behind the global gradient norm.
  *
  * Each kernel is a grid-stride loop over 16-byte vectors (8 bf16 or 4 fp32
- * per access) with a scalar tail, used when the pointers are 16-byte aligned;
- * a scalar grid-stride loop otherwise. The sum of squares is deterministic:
+ * per access), two vectors per step with both loads in flight before the
+ * stores, and a scalar tail, used when the pointers are 16-byte aligned; a
+ * scalar grid-stride loop otherwise. The sum of squares is deterministic:
  * each block of a fixed grid sums a fixed set of elements in fp64, then one
  * block adds the per-block partials in index order. */
 #include "kernels/cuda_common.cuh"
@@ -15,10 +16,19 @@
 /* ---- casts --------------------------------------------------------------------- */
 
 __global__ void cast_f32_to_bf16_vec(bf16 *__restrict__ dst, const float *__restrict__ src, size_t n8) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += 2 * stride) {
+        /* Two vectors per step, both loads issued before the stores. */
+        const size_t j = i + stride;
         float4 a = __ldcs((const float4 *)src + 2 * i), b = __ldcs((const float4 *)src + 2 * i + 1);
+        float4 c = make_float4(0, 0, 0, 0), d = c;
+        if (j < n8) c = __ldcs((const float4 *)src + 2 * j), d = __ldcs((const float4 *)src + 2 * j + 1);
         float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         st_stream(dst + 8 * i, f32_to_bf16x8(f));
+        if (j < n8) {
+            float g[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+            st_stream(dst + 8 * j, f32_to_bf16x8(g));
+        }
     }
 }
 
@@ -28,11 +38,19 @@ __global__ void cast_f32_to_bf16_scalar(bf16 *dst, const float *src, size_t i0, 
 }
 
 __global__ void cast_bf16_to_f32_vec(float *__restrict__ dst, const bf16 *__restrict__ src, size_t n8) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += 2 * stride) {
+        const size_t j = i + stride;
+        uint4 a = ld_stream(src + 8 * i), b = j < n8 ? ld_stream(src + 8 * j) : make_uint4(0, 0, 0, 0);
         float f[8];
-        bf16x8_to_f32(ld_stream(src + 8 * i), f);
+        bf16x8_to_f32(a, f);
         __stcs((float4 *)dst + 2 * i, make_float4(f[0], f[1], f[2], f[3]));
         __stcs((float4 *)dst + 2 * i + 1, make_float4(f[4], f[5], f[6], f[7]));
+        if (j < n8) {
+            bf16x8_to_f32(b, f);
+            __stcs((float4 *)dst + 2 * j, make_float4(f[0], f[1], f[2], f[3]));
+            __stcs((float4 *)dst + 2 * j + 1, make_float4(f[4], f[5], f[6], f[7]));
+        }
     }
 }
 
@@ -83,13 +101,26 @@ extern "C" void cuda_cast_act_to_f32(ops_ctx *ctx, float *dst, const void *src, 
 /* ---- y += x (bf16) --------------------------------------------------------------- */
 
 __global__ void add_bf16_vec(bf16 *y, const bf16 *__restrict__ x, size_t n8) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += 2 * stride) {
+        const size_t j = i + stride;
+        const bool two = j < n8;
+        uint4 ya = ld_stream(y + 8 * i), xa = ld_stream(x + 8 * i);
+        uint4 yb = two ? ld_stream(y + 8 * j) : make_uint4(0, 0, 0, 0);
+        uint4 xb = two ? ld_stream(x + 8 * j) : make_uint4(0, 0, 0, 0);
         float a[8], b[8];
-        bf16x8_to_f32(ld_stream(y + 8 * i), a);
-        bf16x8_to_f32(ld_stream(x + 8 * i), b);
+        bf16x8_to_f32(ya, a);
+        bf16x8_to_f32(xa, b);
 #pragma unroll
         for (int k = 0; k < 8; k++) a[k] += b[k];
         st_stream(y + 8 * i, f32_to_bf16x8(a));
+        if (two) {
+            bf16x8_to_f32(yb, a);
+            bf16x8_to_f32(xb, b);
+#pragma unroll
+            for (int k = 0; k < 8; k++) a[k] += b[k];
+            st_stream(y + 8 * j, f32_to_bf16x8(a));
+        }
     }
 }
 
@@ -120,10 +151,16 @@ extern "C" void cuda_add(ops_ctx *ctx, void *y, const void *x, size_t n) {
 /* ---- x *= s (fp32) ----------------------------------------------------------------- */
 
 __global__ void scale_f32_vec(float *x, size_t n4, float s) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
-        float4 v = __ldcs((const float4 *)x + i);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += 2 * stride) {
+        const size_t j = i + stride;
+        float4 v = __ldcs((const float4 *)x + i), w = j < n4 ? __ldcs((const float4 *)x + j) : make_float4(0, 0, 0, 0);
         v.x *= s, v.y *= s, v.z *= s, v.w *= s;
         __stcs((float4 *)x + i, v);
+        if (j < n4) {
+            w.x *= s, w.y *= s, w.z *= s, w.w *= s;
+            __stcs((float4 *)x + j, w);
+        }
     }
 }
 

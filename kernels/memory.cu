@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/util.h"
 #include "kernels/cuda_common.cuh"
 
 /* cuBLASLt's recommended workspace on Hopper. */

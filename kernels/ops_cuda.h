@@ -18,11 +18,11 @@
 #ifndef DK_OPS_CUDA_H
 #define DK_OPS_CUDA_H
 
-#include "kernels/ops.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "kernels/ops.h"
 
 #define CUDA_MIN_SCRATCH ((size_t)64 << 20)
 

@@ -1,0 +1,644 @@
+/* attention_wgmma.cu: the flash attention kernels of attention.cu rewritten
+ * for Hopper's warpgroup MMA (wgmma, sm_90a). Same algorithms, same tiles
+ * (64 query rows x 64 keys), same order of every sum, same deterministic
+ * backward in two passes; what changes is who feeds the tensor cores. With
+ * mma.sync every warp pulls each K / V fragment out of shared memory itself
+ * (ldmatrix) for its 16 rows, and those reads, not the multiplies, bound the
+ * kernels (ncu on the H200, mma.sync dK/dV pass: L1 75% busy, SM 46%).
+ * wgmma lets the four warps of a warpgroup issue one 64-row product whose
+ * operands the tensor cores read straight from shared memory through matrix
+ * descriptors, once for all 64 rows. Measured on the H200 at B=4 H=32 KV=8
+ * S=4096 D=128: forward 1.90 -> 1.43 ms, forward+backward 8.6 -> 5.7 ms.
+ * What still limits them: one warpgroup per block does its softmax while
+ * its tensor cores idle (two blocks per SM overlap only partly), and the
+ * loads are issued by the same warps; a producer warp with TMA and two
+ * ping-ponging consumer warpgroups (FlashAttention-3) would close most of
+ * the remaining gap.
+ *
+ * Layout. Every [rows, D] tile lives in shared memory in the 128-byte
+ * swizzled layout the descriptors describe: D/64 blocks of [rows, 64]
+ * elements with a 128-byte row pitch, the 16-byte chunk c of row r stored at
+ * position c ^ (r % 8) of its row (atoms of 8 rows x 128 bytes, 1024-byte
+ * aligned). The same bytes serve as
+ *   K-major operand (rows = M or N, d = the reduction): descriptor start
+ *     + 32 bytes per k16 step inside a block, + rows * 128 per block;
+ *     stride between 8-row groups (SBO) 1024;
+ *   MN-major operand (rows = the reduction, d = N): start + 16 rows * 128
+ *     bytes per k16 step, 64-column blocks rows * 128 apart (LBO), 8-row
+ *     groups 1024 apart (SBO).
+ * So S = Q K^T reads K K-major, O += P V reads V MN-major, and the backward
+ * uses Q, dO, K, V both ways without a transposed copy.
+ *
+ * Accumulators follow the wgmma fragment layout: warp w of the warpgroup
+ * holds rows 16w..16w+15, lane (g = lane/4, t = lane%4) holds columns
+ * 8j + 2t, +1 of rows g and g + 8 in d[4j .. 4j+3] -- the mma.sync m16n8
+ * layout repeated, so the masking and softmax code is the one of
+ * attention.cu. Accumulators repack into A fragments (P, dS) as there.
+ *
+ * Ordering. cp.async writes are made visible to the tensor cores' async
+ * proxy by fence.proxy.async in every writing thread before the barrier.
+ * wgmma runs asynchronously: registers it reads or writes are fenced
+ * (wgmma.fence) before the batch and tied to the wait afterwards
+ * (reg_fence), so the compiler cannot move a read of an accumulator above
+ * the wait; fragments the tensor cores read from registers (Q, P, dS) are
+ * computed in the same iteration and left untouched until the wait. (Q is
+ * read through a descriptor too: fragments kept in registers across loop
+ * iterations and fed to wgmma were seen reassigned by ptxas after their
+ * last use inside the loop body, i.e. corrupted on the next iteration.)
+ *
+ * Built for sm_90a only: in other targets (the compute_90 PTX the build also
+ * embeds) the kernel bodies trap, and attention.cu never launches them
+ * there. */
+#include <math.h>
+#include <stdio.h>
+
+#include "kernels/attention.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_NO_WGMMA 1 /* this device pass cannot emit wgmma */
+#endif
+
+#define WG_BM 64 /* query rows per tile (one warpgroup) */
+#define WG_BN 64 /* keys per tile */
+
+#ifndef ATTN_NO_WGMMA
+
+/* d (+)= a (registers) * B (descriptor), m64n64k16; TRANS_B = 1: B is MN-major. */
+template <int TRANS_B>
+__device__ __forceinline__ void wg_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TRANS_B), "r"(1));
+}
+
+/* d (+)= a (registers) * B (descriptor), m64n128k16; TRANS_B = 1: B is MN-major. */
+template <int TRANS_B>
+__device__ __forceinline__ void wg_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TRANS_B), "r"(1));
+}
+
+/* d += A (descriptor, K-major) * B (descriptor, K-major), m64n64k16. */
+__device__ __forceinline__ void wg_ss_n64(float (&d)[32], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(1));
+}
+
+/* Shared-memory matrix descriptor, 128-byte swizzle; lbo, sbo in bytes. */
+__device__ __forceinline__ uint64_t gdesc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+/* k16 step kk of a K-major operand stored as a swizzled [ROWS, D] tile. */
+template <int ROWS>
+__device__ __forceinline__ uint64_t desc_k(uint32_t tile, int kk) {
+    return gdesc(tile + (kk >> 2) * (ROWS * 128) + (kk & 3) * 32, 16, 1024);
+}
+
+/* k16 step kk (rows 16kk..16kk+15) of an MN-major operand, same storage. */
+template <int ROWS>
+__device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int kk) {
+    return gdesc(tile + kk * 16 * 128, ROWS * 128, 1024);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+template <int R>
+__device__ __forceinline__ void reg_fence(float (&r)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+template <int R>
+__device__ __forceinline__ void zero(float (&r)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) r[i] = 0.0f;
+}
+
+/* O-shaped accumulator (N = D) += a * MN-major B. */
+template <int D>
+__device__ __forceinline__ void wg_rs_nd(float (&d)[D / 2], const uint32_t (&a)[4], uint64_t db) {
+    if constexpr (D == 128) wg_rs_n128<1>(d, a, db);
+    else wg_rs_n64<1>(d, a, db);
+}
+
+/* Accumulator columns 16kk .. 16kk+15 (n8 tiles 2kk, 2kk+1) as an A fragment. */
+template <int R>
+__device__ __forceinline__ void acc_a(uint32_t (&a)[4], const float (&c)[R], int kk) {
+    a[0] = pack_bf16(c[8 * kk + 0], c[8 * kk + 1]);
+    a[1] = pack_bf16(c[8 * kk + 2], c[8 * kk + 3]);
+    a[2] = pack_bf16(c[8 * kk + 4], c[8 * kk + 5]);
+    a[3] = pack_bf16(c[8 * kk + 6], c[8 * kk + 7]);
+}
+
+/* Byte offset of 16-byte chunk c of row r in a swizzled [ROWS, D] tile. */
+template <int ROWS>
+__device__ __forceinline__ uint32_t sw_off(int r, int c) {
+    return (uint32_t)((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* load_tile of attention.cuh into the swizzled layout. */
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile_sw(uint32_t s, const bf16 *g, size_t ld, int row0, int end, int tid) {
+    constexpr int CH = D / 8;
+    static_assert((ROWS * CH) % ATTN_THREADS == 0, "tile must split evenly over the block");
+#pragma unroll
+    for (int it = 0; it < ROWS * CH / ATTN_THREADS; it++) {
+        const int i = it * ATTN_THREADS + tid, r = i / CH, c = i % CH, row = row0 + r;
+        const bool ok = row < end;
+        cp_async16(s + sw_off<ROWS>(r, c), g + (size_t)(ok ? row : 0) * ld + c * 8, ok);
+    }
+}
+
+/* The dynamic shared memory rounded up to the 1024-byte swizzle atom. */
+__device__ __forceinline__ uint32_t smem_base() {
+    extern __shared__ __align__(16) unsigned char smem[];
+    return (smem_addr(smem) + 1023u) & ~1023u;
+}
+
+#endif /* !ATTN_NO_WGMMA */
+
+#define WG_TILE(D) (64 * (D) * 2) /* bytes of one [64, D] bf16 tile */
+
+/* ---- forward ----------------------------------------------------------------------- */
+
+template <int D>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_fwd_wg(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q,
+                const bf16 *__restrict__ k, const bf16 *__restrict__ v, const int32_t *__restrict__ cu, int n_seqs,
+                int T, int Hq, int Hkv, float scale_log2) {
+#ifdef ATTN_NO_WGMMA
+    __trap();
+#else
+    constexpr int BM = WG_BM, BN = WG_BN, TILE = WG_TILE(D), NT = BN / 8, DT = D / 8;
+    const uint32_t sQ = smem_base(), sK = sQ + TILE, sV = sQ + 3 * TILE; /* K, V: two stages */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int h = blockIdx.x % Hq;
+    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hq, BM);
+    if (loc.x < 0) return;
+    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
+    const int q0 = ((L + BM - 1) / BM - 1 - loc.y) * BM; /* heaviest tile first */
+    const int kvh = h / (Hq / Hkv);
+    const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
+    const bf16 *kb = k + (size_t)off * ldk + (size_t)kvh * D;
+    const bf16 *vb = v + (size_t)off * ldk + (size_t)kvh * D;
+    const int nkv = (min(L, q0 + BM) + BN - 1) / BN;
+
+    load_tile_sw<BM, D>(sQ, q + (size_t)off * ldq + (size_t)h * D, ldq, q0, L, tid);
+    load_tile_sw<BN, D>(sK, kb, ldk, (nkv - 1) * BN, L, tid);
+    load_tile_sw<BN, D>(sV, vb, ldk, (nkv - 1) * BN, L, tid);
+    cp_async_commit();
+
+    const int wrow = warp * 16, g = lane >> 2, t4 = lane & 3;
+    float o[D / 2];
+    zero(o);
+    float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};
+
+    for (int it = 0; it < nkv; it++) {
+        const int nb = nkv - 1 - it, stage = it & 1;
+        if (it + 1 < nkv) {
+            load_tile_sw<BN, D>(sK + (stage ^ 1) * TILE, kb, ldk, (nb - 1) * BN, L, tid);
+            load_tile_sw<BN, D>(sV + (stage ^ 1) * TILE, vb, ldk, (nb - 1) * BN, L, tid);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_async_smem();
+        __syncthreads();
+        const uint32_t cK = sK + stage * TILE, cV = sV + stage * TILE;
+
+        float s[NT * 4];
+        zero(s);
+        reg_fence(s);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BM>(sQ, kk), desc_k<BN>(cK, kk));
+        wg_commit();
+        wg_wait0();
+        reg_fence(s);
+
+        const int k0 = nb * BN;
+        if (k0 + BN - 1 > q0 + wrow) {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = q0 + wrow + g + (e >> 1) * 8, col = k0 + j * 8 + t4 * 2 + (e & 1);
+                    if (col > row) s[4 * j + e] = -INFINITY;
+                }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_i[r], mx);
+            const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+            const float corr = fast_exp2(m_i[r] * scale_log2 - ms);
+            m_i[r] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const float p0 = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, -ms));
+                const float p1 = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, -ms));
+                s[4 * j + 2 * r] = p0;
+                s[4 * j + 2 * r + 1] = p1;
+                sum += p0 + p1;
+            }
+            l_i[r] = l_i[r] * corr + sum;
+#pragma unroll
+            for (int j = 0; j < DT; j++) {
+                o[4 * j + 2 * r] *= corr;
+                o[4 * j + 2 * r + 1] *= corr;
+            }
+        }
+
+        uint32_t pa[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) acc_a(pa[kk], s, kk);
+        reg_fence(o);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) wg_rs_nd<D>(o, pa[kk], desc_mn<BN>(cV, kk));
+        wg_commit();
+        wg_wait0();
+        reg_fence(o);
+        __syncthreads(); /* this stage is refilled by the next iteration's prefetch */
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float l = l_i[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = q0 + wrow + g + r * 8;
+        if (row >= L) continue;
+        const float inv = 1.0f / l;
+        bf16 *orow = out + (size_t)(off + row) * ldq + (size_t)h * D;
+#pragma unroll
+        for (int j = 0; j < DT; j++)
+            *reinterpret_cast<__nv_bfloat162 *>(orow + j * 8 + t4 * 2) =
+                __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+        if (t4 == 0) lse[(size_t)h * T + off + row] = (m_i[r] * scale_log2 + log2f(l)) * LN2_F;
+    }
+#endif
+}
+
+/* ---- backward: dK, dV ------------------------------------------------------------------ */
+
+/* A block owns 64 keys of one kv head (warp w: keys 16w..16w+15) and walks
+ * the group's query heads in order, each over its query tiles from the
+ * diagonal on, as attn_bwd_dkdv does. */
+template <int D>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_bwd_dkdv_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
+                     const bf16 *__restrict__ q, const bf16 *__restrict__ k, const bf16 *__restrict__ v,
+                     const float *__restrict__ lse, const float *__restrict__ dvec, const int32_t *__restrict__ cu,
+                     int n_seqs, int T, int Hq, int Hkv, float scale, float scale_log2) {
+#ifdef ATTN_NO_WGMMA
+    __trap();
+#else
+    constexpr int BM = WG_BM, BN = WG_BN, TILE = WG_TILE(D), NT = BM / 8;
+    /* K, V, then two stages of (Q, dO), then two stages of (lse, Dvec) rows. */
+    const uint32_t sK = smem_base(), sV = sK + TILE, sQ = sK + 2 * TILE, sdO = sK + 4 * TILE;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float *sL = (float *)(smem_raw + (sK + 6 * TILE - smem_addr(smem_raw)));
+    float *sD = sL + 2 * BM;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int kvh = blockIdx.x % Hkv;
+    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hkv, BN);
+    if (loc.x < 0) return;
+    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
+    const int n0 = loc.y * BN;
+    const int group = Hq / Hkv;
+    const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
+    const int m_first = n0 / BM, nmq = (L + BM - 1) / BM, per_head = nmq - m_first;
+    const int steps = group * per_head;
+
+    load_tile_sw<BN, D>(sK, k + (size_t)off * ldk + (size_t)kvh * D, ldk, n0, L, tid);
+    load_tile_sw<BN, D>(sV, v + (size_t)off * ldk + (size_t)kvh * D, ldk, n0, L, tid);
+    auto load_step = [&](int i, int st) {
+        const int hq = kvh * group + i / per_head, m0 = (m_first + i % per_head) * BM;
+        const size_t hoff = (size_t)off * ldq + (size_t)hq * D;
+        load_tile_sw<BM, D>(sQ + st * TILE, q + hoff, ldq, m0, L, tid);
+        load_tile_sw<BM, D>(sdO + st * TILE, dout + hoff, ldq, m0, L, tid);
+        if (tid < BM) {
+            const int row = m0 + tid;
+            const bool ok = row < L;
+            const size_t at = (size_t)hq * T + off + (ok ? row : 0);
+            cp_async4(smem_addr(sL + st * BM + tid), lse + at, ok);
+            cp_async4(smem_addr(sD + st * BM + tid), dvec + at, ok);
+        }
+    };
+    load_step(0, 0);
+    cp_async_commit();
+
+    const int g = lane >> 2, t4 = lane & 3, krow = warp * 16;
+    float dK[D / 2], dV[D / 2];
+    zero(dK);
+    zero(dV);
+
+    for (int i = 0; i < steps; i++) {
+        const int st = i & 1;
+        if (i + 1 < steps) {
+            load_step(i + 1, st ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_async_smem();
+        __syncthreads();
+        const uint32_t cQ = sQ + st * TILE, cdO = sdO + st * TILE;
+        const float *cL = sL + st * BM, *cD = sD + st * BM;
+        const int m0 = (m_first + i % per_head) * BM;
+
+        /* S^T = K Q^T and dP^T = V dO^T, both operands K-major from shared memory. */
+        float s[NT * 4], dp[NT * 4];
+        zero(s);
+        zero(dp);
+        reg_fence(s);
+        reg_fence(dp);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BN>(sK, kk), desc_k<BM>(cQ, kk));
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BN>(sV, kk), desc_k<BM>(cdO, kk));
+        wg_commit();
+        wg_wait0();
+        reg_fence(s);
+        reg_fence(dp);
+
+        /* P^T, then dS^T = P^T (dP^T - Dvec); zero where the query precedes
+         * the key or lies past the sequence. */
+        const bool edge = (m0 == m_first * BM) || (m0 + BM > L);
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qc = j * 8 + t4 * 2 + (e & 1);
+                float p = fast_exp2(fmaf(s[4 * j + e], scale_log2, -cL[qc] * LOG2E_F));
+                if (edge) {
+                    const int key = n0 + krow + g + (e >> 1) * 8, qry = m0 + qc;
+                    if (qry < key || qry >= L) p = 0.0f;
+                }
+                s[4 * j + e] = p;
+                dp[4 * j + e] = p * (dp[4 * j + e] - cD[qc]);
+            }
+
+        /* dV += P^T dO and dK += dS^T Q, dO and Q MN-major. */
+        uint32_t pa[BM / 16][4], da[BM / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) {
+            acc_a(pa[kk], s, kk);
+            acc_a(da[kk], dp, kk);
+        }
+        reg_fence(dV);
+        reg_fence(dK);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) wg_rs_nd<D>(dV, pa[kk], desc_mn<BM>(cdO, kk));
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++) wg_rs_nd<D>(dK, da[kk], desc_mn<BM>(cQ, kk));
+        wg_commit();
+        wg_wait0();
+        reg_fence(dV);
+        reg_fence(dK);
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = n0 + krow + g + r * 8;
+        if (key >= L) continue;
+        const size_t at = (size_t)(off + key) * ldk + (size_t)kvh * D + t4 * 2;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            *reinterpret_cast<__nv_bfloat162 *>(dk + at + j * 8) =
+                __floats2bfloat162_rn(dK[4 * j + 2 * r] * scale, dK[4 * j + 2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162 *>(dv + at + j * 8) =
+                __floats2bfloat162_rn(dV[4 * j + 2 * r], dV[4 * j + 2 * r + 1]);
+        }
+    }
+#endif
+}
+
+/* ---- backward: dQ ------------------------------------------------------------------------ */
+
+template <int D>
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_bwd_dq_wg(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
+                   const bf16 *__restrict__ k, const bf16 *__restrict__ v, const float *__restrict__ lse,
+                   const float *__restrict__ dvec, const int32_t *__restrict__ cu, int n_seqs, int T, int Hq, int Hkv,
+                   float scale, float scale_log2) {
+#ifdef ATTN_NO_WGMMA
+    __trap();
+#else
+    constexpr int BM = WG_BM, BN = WG_BN, TILE = WG_TILE(D), NT = BN / 8;
+    /* Q, dO, then two stages of K and of V. */
+    const uint32_t sQ = smem_base(), sdO = sQ + TILE, sK = sQ + 2 * TILE, sV = sQ + 4 * TILE;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int h = blockIdx.x % Hq;
+    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hq, BM);
+    if (loc.x < 0) return;
+    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
+    const int q0 = ((L + BM - 1) / BM - 1 - loc.y) * BM;
+    const int kvh = h / (Hq / Hkv);
+    const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
+    const size_t hoff = (size_t)off * ldq + (size_t)h * D;
+    const bf16 *kb = k + (size_t)off * ldk + (size_t)kvh * D;
+    const bf16 *vb = v + (size_t)off * ldk + (size_t)kvh * D;
+    const int nkv = (min(L, q0 + BM) + BN - 1) / BN;
+
+    load_tile_sw<BM, D>(sQ, q + hoff, ldq, q0, L, tid);
+    load_tile_sw<BM, D>(sdO, dout + hoff, ldq, q0, L, tid);
+    load_tile_sw<BN, D>(sK, kb, ldk, (nkv - 1) * BN, L, tid);
+    load_tile_sw<BN, D>(sV, vb, ldk, (nkv - 1) * BN, L, tid);
+    cp_async_commit();
+
+    const int g = lane >> 2, t4 = lane & 3, wrow = warp * 16;
+    float lrow[2], drow[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = q0 + wrow + g + r * 8;
+        const bool ok = row < L;
+        lrow[r] = ok ? lse[(size_t)h * T + off + row] * LOG2E_F : 0.0f;
+        drow[r] = ok ? dvec[(size_t)h * T + off + row] : 0.0f;
+    }
+    float dQ[D / 2];
+    zero(dQ);
+
+    for (int it = 0; it < nkv; it++) {
+        const int nb = nkv - 1 - it, stage = it & 1;
+        if (it + 1 < nkv) {
+            load_tile_sw<BN, D>(sK + (stage ^ 1) * TILE, kb, ldk, (nb - 1) * BN, L, tid);
+            load_tile_sw<BN, D>(sV + (stage ^ 1) * TILE, vb, ldk, (nb - 1) * BN, L, tid);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_async_smem();
+        __syncthreads();
+        const uint32_t cK = sK + stage * TILE, cV = sV + stage * TILE;
+
+        /* S = Q K^T and dP = dO V^T, all K-major from shared memory. */
+        float s[NT * 4], dp[NT * 4];
+        zero(s);
+        zero(dp);
+        reg_fence(s);
+        reg_fence(dp);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BM>(sQ, kk), desc_k<BN>(cK, kk));
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BM>(sdO, kk), desc_k<BN>(cV, kk));
+        wg_commit();
+        wg_wait0();
+        reg_fence(s);
+        reg_fence(dp);
+
+        const int k0 = nb * BN;
+        const bool diag = k0 + BN - 1 > q0 + wrow;
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                float p = fast_exp2(fmaf(s[4 * j + e], scale_log2, -lrow[r]));
+                if (diag && k0 + j * 8 + t4 * 2 + (e & 1) > q0 + wrow + g + r * 8) p = 0.0f;
+                dp[4 * j + e] = p * (dp[4 * j + e] - drow[r]);
+            }
+
+        /* dQ += dS K, K MN-major. */
+        uint32_t da[BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) acc_a(da[kk], dp, kk);
+        reg_fence(dQ);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) wg_rs_nd<D>(dQ, da[kk], desc_mn<BN>(cK, kk));
+        wg_commit();
+        wg_wait0();
+        reg_fence(dQ);
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = q0 + wrow + g + r * 8;
+        if (row >= L) continue;
+        bf16 *dst = dq + (size_t)(off + row) * ldq + (size_t)h * D + t4 * 2;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *reinterpret_cast<__nv_bfloat162 *>(dst + j * 8) =
+                __floats2bfloat162_rn(dQ[4 * j + 2 * r] * scale, dQ[4 * j + 2 * r + 1] * scale);
+    }
+#endif
+}
+
+/* ---- host side ------------------------------------------------------------------------ */
+
+int attn_wgmma_ok(const ops_ctx *ctx) {
+    if (ATTN_FORCE_MMA) return 0;
+    int major = 0, minor = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->gpu));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx->gpu));
+    return major == 9 && minor == 0;
+}
+
+/* Upper bound of the tile entries over all sequences (see attention.cu). */
+static unsigned wg_grid(int T, int n_seqs, int tile, int heads) {
+    long long blocks = (((long long)T + tile - 1) / tile + n_seqs) * heads;
+    if (blocks > 0x7fffffffLL)
+        DK_ABORT("attention: %lld blocks exceed the grid limit (T=%d n_seqs=%d)", blocks, T, n_seqs);
+    return (unsigned)blocks;
+}
+
+template <typename K>
+static void wg_smem(K kern, size_t bytes) {
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+template <int D>
+static void fwd_wg(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                   const int32_t *cu, int n_seqs, int T, int Hq, int Hkv, float scale) {
+    const size_t smem = 5 * (size_t)WG_TILE(D) + 1024; /* Q, 2 x (K, V), alignment slack */
+    wg_smem(attn_fwd_wg<D>, smem);
+    attn_fwd_wg<D><<<wg_grid(T, n_seqs, WG_BM, Hq), ATTN_THREADS, smem, ctx_stream(ctx)>>>(
+        out, lse, q, k, v, cu, n_seqs, T, Hq, Hkv, scale * LOG2E_F);
+    CUDA_LAUNCH_CHECK();
+}
+
+template <int D>
+static void bwd_wg(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
+                   const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
+                   int Hkv, float scale) {
+    cudaStream_t st = ctx_stream(ctx);
+    const float sl2 = scale * LOG2E_F;
+    const size_t smem_kv = 6 * (size_t)WG_TILE(D) + 4 * WG_BM * sizeof(float) + 1024;
+    wg_smem(attn_bwd_dkdv_wg<D>, smem_kv);
+    attn_bwd_dkdv_wg<D><<<wg_grid(T, n_seqs, WG_BN, Hkv), ATTN_THREADS, smem_kv, st>>>(
+        dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale, sl2);
+    CUDA_LAUNCH_CHECK();
+    const size_t smem_q = 6 * (size_t)WG_TILE(D) + 1024;
+    wg_smem(attn_bwd_dq_wg<D>, smem_q);
+    attn_bwd_dq_wg<D><<<wg_grid(T, n_seqs, WG_BM, Hq), ATTN_THREADS, smem_q, st>>>(
+        dq, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale, sl2);
+    CUDA_LAUNCH_CHECK();
+}
+
+void attn_fwd_wgmma(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                    const int32_t *cu, int n_seqs, int T, int Hq, int Hkv, int D, float scale) {
+    if (D == 64) fwd_wg<64>(ctx, out, lse, q, k, v, cu, n_seqs, T, Hq, Hkv, scale);
+    else fwd_wg<128>(ctx, out, lse, q, k, v, cu, n_seqs, T, Hq, Hkv, scale);
+}
+
+void attn_bwd_wgmma(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
+                    const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
+                    int Hkv, int D, float scale) {
+    if (D == 64) bwd_wg<64>(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale);
+    else bwd_wg<128>(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale);
+}

@@ -1,0 +1,34 @@
+/* ops_cuda_infer.h: the CUDA backend of the op table's generation ops
+ * (kernels/ops.h, "generation"), with the parameter lists of their cpu_X
+ * twins in ops_cpu.h. Like the rest of the backend they queue work on
+ * ctx->stream without synchronising, keep act data in bf16 with fp32 math,
+ * and are deterministic run to run (no floating-point atomics). */
+#ifndef DK_OPS_CUDA_INFER_H
+#define DK_OPS_CUDA_INFER_H
+
+#include "kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* kv_write.cu */
+void cuda_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
+                   const int32_t *slot_mapping, int T, int Hkv, int D);
+
+/* paged_attention.cu: tensor-core flash decoding over pages; splits long
+ * contexts along the keys when the batch alone cannot fill the GPU, with
+ * fp32 partial results in ctx->scratch merged by a second kernel. */
+void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
+                          const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
+                          int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale);
+
+/* sample.cu: one block per row; radix selections for top-k / top-p. */
+void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float *logits, const sample_params *params, int n,
+                 int V);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

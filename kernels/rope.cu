@@ -1,0 +1,132 @@
+/* rope.cu: rotary position embedding on x[T, H, D] (bf16, in place) with the
+ * "rotate half" pairing of Hugging Face (element i rotates with i + D/2):
+ *   out_i       = x_i cos - x_{i+D/2} sin
+ *   out_{i+D/2} = x_{i+D/2} cos + x_i sin,   angle = pos[t] * inv_freq_i
+ * in fp32, as the CPU reference forms it: inv_freq_i = 1 / theta^(2i/D)
+ * evaluated in double and rounded once (per block, into shared memory), the
+ * angle one fp32 product, cos and sin by the accurate fp32 sincosf (the
+ * argument stays below its fast-path bound of ~1e5 for positions < 2^16
+ * whatever theta). The backward applies the inverse rotation (sin negated)
+ * to the gradient in place.
+ *
+ * A thread owns one token and 8 consecutive frequencies: it computes their
+ * 8 cos/sin pairs once and applies them to every head, moving two 16-byte
+ * vectors (x_i.. and x_{i+D/2}..) per head, four heads' loads in flight
+ * before the stores. Other head sizes (D/2 not a multiple of 8) or an
+ * unaligned buffer take a scalar path with one thread per (token, i). */
+#include <math.h>
+
+#include "kernels/cuda_common.cuh"
+
+#define ROPE_THREADS 256
+#define ROPE_MAX_HALF 512 /* D <= 1024 */
+
+/* inv_freq[i] for i < half into shared memory. */
+__device__ __forceinline__ void rope_inv_freq(float *inv_freq, int half, int D, float theta) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float expo = (float)(2 * i) / (float)D;
+        inv_freq[i] = 1.0f / (float)pow((double)theta, (double)expo);
+    }
+    __syncthreads();
+}
+
+__global__ void __launch_bounds__(ROPE_THREADS)
+    rope_vec(bf16 *x, const int32_t *__restrict__ pos, int T, int H, int D, float theta, float sign) {
+    __shared__ float inv_freq[ROPE_MAX_HALF];
+    const int half = D / 2, nv = half / 8;
+    rope_inv_freq(inv_freq, half, D, theta);
+    const size_t total = (size_t)T * nv;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const int t = (int)(idx / nv), j = (int)(idx % nv);
+        const float p = (float)pos[t];
+        float cs[8], sn[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            sincosf(p * inv_freq[8 * j + k], &sn[k], &cs[k]);
+            sn[k] *= sign;
+        }
+        bf16 *row = x + (size_t)t * H * D + 8 * j;
+        int h = 0;
+        for (; h + 4 <= H; h += 4) {
+            uint4 a[4], b[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                a[u] = ld_stream(row + (size_t)(h + u) * D);
+                b[u] = ld_stream(row + (size_t)(h + u) * D + half);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float x1[8], x2[8], o1[8], o2[8];
+                bf16x8_to_f32(a[u], x1);
+                bf16x8_to_f32(b[u], x2);
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    o1[k] = x1[k] * cs[k] - x2[k] * sn[k];
+                    o2[k] = x2[k] * cs[k] + x1[k] * sn[k];
+                }
+                st_stream(row + (size_t)(h + u) * D, f32_to_bf16x8(o1));
+                st_stream(row + (size_t)(h + u) * D + half, f32_to_bf16x8(o2));
+            }
+        }
+        for (; h < H; h++) {
+            float x1[8], x2[8], o1[8], o2[8];
+            bf16x8_to_f32(ld_stream(row + (size_t)h * D), x1);
+            bf16x8_to_f32(ld_stream(row + (size_t)h * D + half), x2);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                o1[k] = x1[k] * cs[k] - x2[k] * sn[k];
+                o2[k] = x2[k] * cs[k] + x1[k] * sn[k];
+            }
+            st_stream(row + (size_t)h * D, f32_to_bf16x8(o1));
+            st_stream(row + (size_t)h * D + half, f32_to_bf16x8(o2));
+        }
+    }
+}
+
+__global__ void __launch_bounds__(ROPE_THREADS)
+    rope_scalar(bf16 *x, const int32_t *__restrict__ pos, int T, int H, int D, float theta, float sign) {
+    __shared__ float inv_freq[ROPE_MAX_HALF];
+    const int half = D / 2;
+    rope_inv_freq(inv_freq, half, D, theta);
+    const size_t total = (size_t)T * half;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const int t = (int)(idx / half), i = (int)(idx % half);
+        float sn, cs;
+        sincosf((float)pos[t] * inv_freq[i], &sn, &cs);
+        sn *= sign;
+        for (int h = 0; h < H; h++) {
+            bf16 *a = x + ((size_t)t * H + h) * D + i, *b = a + half;
+            float x1 = __bfloat162float(*a), x2 = __bfloat162float(*b);
+            *a = __float2bfloat16_rn(x1 * cs - x2 * sn);
+            *b = __float2bfloat16_rn(x2 * cs + x1 * sn);
+        }
+    }
+}
+
+static void rope_apply(ops_ctx *ctx, const char *op, void *x, const int32_t *pos, int T, int H, int D, float theta,
+                       float sign) {
+    if (D % 2 != 0) DK_ABORT("%s: head dim %d is odd", op, D);
+    if (D / 2 > ROPE_MAX_HALF) DK_ABORT("%s: head dim %d is larger than %d", op, D, 2 * ROPE_MAX_HALF);
+    if (T <= 0 || H <= 0 || D <= 0) return;
+    cudaStream_t st = ctx_stream(ctx);
+    const int half = D / 2;
+    if (half % 8 == 0 && is_aligned16(x)) {
+        size_t work = (size_t)T * (half / 8);
+        rope_vec<<<grid_resident(ctx, rope_vec, ROPE_THREADS, 0, div_up(work, ROPE_THREADS)), ROPE_THREADS, 0, st>>>((bf16 *)x, pos, T, H, D, theta, sign);
+    } else {
+        size_t work = (size_t)T * half;
+        rope_scalar<<<grid_for(ctx, work, ROPE_THREADS, 8), ROPE_THREADS, 0, st>>>((bf16 *)x, pos, T, H, D, theta,
+                                                                                   sign);
+    }
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void cuda_rope_forward(ops_ctx *ctx, void *x, const int32_t *pos, int T, int H, int D, float theta) {
+    rope_apply(ctx, "ops_rope_forward", x, pos, T, H, D, theta, 1.0f);
+}
+
+extern "C" void cuda_rope_backward(ops_ctx *ctx, void *dx, const int32_t *pos, int T, int H, int D, float theta) {
+    rope_apply(ctx, "ops_rope_backward", dx, pos, T, H, D, theta, -1.0f);
+}

@@ -1,0 +1,207 @@
+/* sample.cu: ops_sample on the CUDA backend. One block of 1024 threads per
+ * row of fp32 logits, the same rule as the CPU reference (sample_cpu.c,
+ * sample_common.h), so both backends draw the same token from the same
+ * logits:
+ *
+ *   pass 1: y = logits / T written back in place (the op may use its input
+ *           as scratch), with a running (max, sum of exp) per thread and the
+ *           first argmax; merged over the block in a fixed tree.
+ *   greedy: the first argmax, logprob at temperature 1. Otherwise:
+ *   top-k:  4 radix passes (one byte of the order-preserving key at a time)
+ *           with integer shared-memory histograms find the k-th largest key;
+ *   top-p:  one pass sums the fixed-point masses of the kept tokens, then 4
+ *           radix passes with mass-weighted histograms find the nucleus
+ *           threshold. Integer atomics add the same numbers in any order, so
+ *           the selection is deterministic;
+ *   draw:   the exponential race over the kept tokens, argmax with the lower
+ *           index winning ties.
+ * Without top-k and top-p a sampled row costs two passes over the logits. */
+#include <math.h>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/ops_cuda_infer.h"
+#include "kernels/sample_common.h"
+
+#define SAMPLE_THREADS 1024
+
+struct arg_best {
+    float v;
+    int i;
+};
+
+/* a better than b: larger value, or equal value and lower index. */
+__device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
+    return va > vb || (va == vb && (unsigned)ia < (unsigned)ib);
+}
+
+/* Block-wide argmax in a fixed tree; every thread gets the winner. */
+__device__ arg_best block_argmax(float v, int i, float *sv, int *si) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (better(ov, oi, v, i)) v = ov, i = oi;
+    }
+    if (lane == 0) sv[warp] = v, si[warp] = i;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
+        i = lane < (int)(blockDim.x >> 5) ? si[lane] : -1;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            int oi = __shfl_xor_sync(0xffffffffu, i, o);
+            if (better(ov, oi, v, i)) v = ov, i = oi;
+        }
+        if (lane == 0) sv[0] = v, si[0] = i;
+    }
+    __syncthreads();
+    arg_best r = {sv[0], si[0]};
+    __syncthreads();
+    return r;
+}
+
+/* The largest key v with sum over {key >= v, key >= floor_key} of the
+ * weights >= target: weight 1 (by_mass = 0) or the fixed-point mass. */
+__device__ uint32_t block_radix_select(const float *y, int V, float m, int by_mass, uint32_t floor_key,
+                                       unsigned long long target, unsigned long long *hist, uint32_t *sh) {
+    uint32_t prefix = 0, mask = 0;
+    unsigned long long above = 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        if (threadIdx.x < 256) hist[threadIdx.x] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            const uint32_t key = sample_float_key(y[i]);
+            if (key < floor_key || (key & mask) != prefix) continue;
+            const unsigned long long w = by_mass ? sample_mass(expf(y[i] - m)) : 1ull;
+            atomicAdd(&hist[(key >> shift) & 255u], w);
+        }
+        __syncthreads();
+        if (warp == 0) {
+            /* Lane l owns bins 255 - 8l down to 248 - 8l; scan from the top. */
+            unsigned long long local = 0;
+#pragma unroll
+            for (int b = 0; b < 8; b++) local += hist[255 - 8 * lane - b];
+            unsigned long long incl = local;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                unsigned long long n = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += n;
+            }
+            const unsigned long long excl = incl - local;
+            const unsigned hit = __ballot_sync(0xffffffffu, above + incl >= target);
+            const int l = hit ? __ffs(hit) - 1 : 31;
+            if (lane == l) {
+                unsigned long long acc = above + excl;
+                int d = 255 - 8 * lane;
+                for (int b = 0; b < 7; b++, d--) {
+                    if (acc + hist[d] >= target) break;
+                    acc += hist[d];
+                }
+                sh[0] = (uint32_t)d;
+                sh[1] = (uint32_t)(acc & 0xffffffffu);
+                sh[2] = (uint32_t)(acc >> 32);
+            }
+        }
+        __syncthreads();
+        prefix |= sh[0] << shift;
+        mask |= 255u << shift;
+        above = ((unsigned long long)sh[2] << 32) | sh[1];
+        __syncthreads();
+    }
+    return prefix;
+}
+
+__global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(int32_t *tokens, float *logprob, float *logits,
+                                                              const sample_params *params, int V) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    __shared__ float sm[32], ss[32];
+    __shared__ unsigned long long hist[256];
+    __shared__ unsigned long long tot[32];
+    __shared__ uint32_t sh[4];
+    const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const sample_params p = params[row];
+    float *y = logits + (size_t)row * V;
+    const bool greedy = !(p.temperature > 0.0f);
+
+    /* Pass 1: tempered logits in place, running max and sum, first argmax. */
+    float m = -INFINITY, s = 0.0f, bv = -INFINITY;
+    int bi = -1;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float v = y[i];
+        if (!greedy) v = v / p.temperature, y[i] = v;
+        if (v > m) s = s * expf(m - v) + 1.0f, m = v;
+        else if (v != -INFINITY) s += expf(v - m);
+        if (better(v, i, bv, bi)) bv = v, bi = i;
+    }
+    /* Merge (max, sum) pairs: warp tree, then the warps in order. */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
+        float nm = fmaxf(m, om);
+        s = (m == -INFINITY ? 0.0f : s * expf(m - nm)) + (om == -INFINITY ? 0.0f : os * expf(om - nm));
+        m = nm;
+    }
+    if (lane == 0) sm[warp] = m, ss[warp] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float M = -INFINITY, S = 0.0f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, sm[w]);
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+            if (sm[w] != -INFINITY) S += ss[w] * expf(sm[w] - M);
+        sm[0] = M, ss[0] = S;
+    }
+    __syncthreads();
+    const float M = sm[0], lse = M + logf(ss[0]);
+    arg_best best = block_argmax(bv, bi, sv, si);
+
+    if (!greedy) {
+        uint32_t floor_key = 0;
+        if (p.top_k > 0 && p.top_k < V)
+            floor_key = block_radix_select(y, V, M, 0, 0, (unsigned long long)p.top_k, hist, sh);
+        if (p.top_p < 1.0f) {
+            unsigned long long t = 0;
+            for (int i = threadIdx.x; i < V; i += blockDim.x)
+                if (sample_float_key(y[i]) >= floor_key) t += sample_mass(expf(y[i] - M));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (lane == 0) tot[warp] = t;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                unsigned long long total = 0;
+                for (int w = 0; w < (int)(blockDim.x >> 5); w++) total += tot[w];
+                unsigned long long target = (unsigned long long)((double)p.top_p * (double)total);
+                tot[0] = target < 1 ? 1 : target;
+            }
+            __syncthreads();
+            const unsigned long long target = tot[0];
+            __syncthreads();
+            floor_key = block_radix_select(y, V, M, 1, floor_key, target, hist, sh);
+        }
+        const uint64_t key = sample_row_key(p.seed, p.counter);
+        float rv = -INFINITY;
+        int ri = -1;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            if (sample_float_key(y[i]) < floor_key) continue;
+            const float e = -logf(sample_uniform(key, (uint32_t)i));
+            const float r = y[i] - logf(e);
+            if (ri < 0 || better(r, i, rv, ri)) rv = r, ri = i;
+        }
+        best = block_argmax(rv, ri, sv, si);
+    }
+    if (threadIdx.x == 0) {
+        tokens[row] = best.i;
+        logprob[row] = y[best.i] - lse;
+    }
+}
+
+extern "C" void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float *logits, const sample_params *params,
+                            int n, int V) {
+    if (n < 0 || V <= 0) DK_ABORT("ops_sample: bad shape n=%d V=%d", n, V);
+    if (n == 0) return;
+    sample_rows<<<n, SAMPLE_THREADS, 0, ctx_stream(ctx)>>>(tokens, logprob, logits, params, V);
+    CUDA_LAUNCH_CHECK();
+}

@@ -1,0 +1,235 @@
+/* test_cuda_attention.c: the CUDA flash attention (ops_attention_forward /
+ * _backward on a CUDA context) against the CPU op, the fp32 reference.
+ *
+ * Inputs are drawn in fp32 and rounded to bf16 on the host; the CPU op runs on
+ * exactly those rounded values, so what remains of the difference comes from
+ * the GPU kernels' own roundings, not from the inputs:
+ *   out   the kernel rounds P to bf16 before P V (2^-9 relative per term, of
+ *         random sign, so it averages down over the keys) and rounds the
+ *         output to bf16 (2^-9 relative). Tolerance 1e-2 x max|out|: four
+ *         times the worst single rounding, far below the O(1) error of a
+ *         wrong mask, tile or head mapping.
+ *   lse   never rounded to bf16: fp32 scores from exact bf16 products and
+ *         an fp32 row sum. Tolerance 1e-4 x max(1, max|lse|).
+ *   dq, dk, dv  P and dS are rounded to bf16 before their products and the
+ *         results are stored as bf16; dS = P (dP - D) cancels partly, so
+ *         the tolerance is 2e-2 x max|ref| per tensor.
+ * The backward is compared on identical inputs: the CPU backward receives
+ * the GPU forward's out (bf16) and lse, so a forward error cannot hide or
+ * excuse a backward one.
+ *
+ * Shapes: sequence lengths 1, 17, 200, 1000 and 0 (an empty sequence), tile
+ * boundaries (63, 64, 65, 128, 129), one 2048-token sequence, padding tokens
+ * after the last sequence, a batch of padding only; GQA groups of 1, 2, 4
+ * and 8; head_dim 16, 32 (the small test models), 64 and 128; sharper
+ * softmaxes (q scaled by 2 and 4). Outputs are
+ * pre-filled with NaN so an element the kernel forgets shows up; padding rows
+ * must be exactly 0; two runs must be bit-identical.
+ *
+ * The kernels under test are the ones the GPU dispatches to: the wgmma
+ * kernels (attention_wgmma.cu) on Hopper, the mma.sync ones (attention.cu)
+ * elsewhere; a build with -DATTN_FORCE_MMA=1 runs the latter on Hopper too.
+ *
+ * `--quick` runs the small cases only (for compute-sanitizer). Exits 77
+ * where there is no GPU. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "tests/unit/test_ops_common.h"
+
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static float *rand_bf16(size_t n, float scale) {
+    float *x = rand_normal(n, scale, 0.0f);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+    return x;
+}
+
+typedef struct {
+    const char *name;
+    int D, Hq, Hkv;
+    int n_seqs;
+    int lens[8];
+    int pad;      /* padding tokens after the last sequence */
+    float qscale; /* > 1 sharpens the softmax */
+    int quick;    /* also run under --quick */
+} attn_case;
+
+static const attn_case cases[] = {
+    {"odd lengths, D=128, group 8", 128, 8, 1, 4, {1, 17, 200, 1000}, 3, 1.0f, 0},
+    {"odd lengths, D=64, group 1", 64, 4, 4, 4, {1000, 17, 1, 200}, 0, 1.0f, 0},
+    {"tile edges, D=128, group 4", 128, 8, 2, 5, {64, 128, 129, 63, 65}, 2, 1.0f, 1},
+    {"sharp softmax, D=64, group 4", 64, 4, 1, 3, {300, 0, 77}, 5, 4.0f, 1},
+    {"short, D=64, group 8", 64, 8, 1, 3, {1, 17, 40}, 1, 1.0f, 1},
+    {"short, D=128, group 1", 128, 2, 2, 2, {17, 5}, 0, 1.0f, 1},
+    {"long sequence, D=128, group 4", 128, 8, 2, 1, {2048}, 0, 1.0f, 0},
+    {"padding only, D=128", 128, 4, 2, 0, {0}, 7, 1.0f, 1},
+    {"tiny-model heads, D=16, group 2", 16, 4, 2, 3, {256, 100, 3}, 2, 1.0f, 1},
+    {"D=32, group 4", 32, 8, 2, 3, {129, 70, 1}, 0, 2.0f, 1},
+};
+
+static void check(const char *what, double diff, double tol) {
+    int ok = diff <= tol;
+    printf("    %-6s max|diff| %.3e  tol %.3e  %s\n", what, diff, tol, ok ? "ok" : "FAIL");
+    if (!ok) test_failures++;
+}
+
+/* Device act buffer filled with bf16 NaN (all bits set). */
+static void *dev_nan_act(ops_ctx *g, size_t n) {
+    void *p = ops_alloc(g, n * 2);
+    unsigned char *h = dk_malloc(n * 2 + 1);
+    memset(h, 0xff, n * 2);
+    ops_upload(g, p, h, n * 2);
+    ops_sync(g);
+    free(h);
+    return p;
+}
+
+static float *dev_nan_f32(ops_ctx *g, size_t n) {
+    float *p = ops_alloc(g, n * sizeof(float) + 4);
+    float *h = dk_malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    ops_upload(g, p, h, n * sizeof(float));
+    ops_sync(g);
+    free(h);
+    return p;
+}
+
+static void *dev_act(ops_ctx *g, const float *x, size_t n) {
+    void *p = ops_alloc(g, n * 2 + 16);
+    ops_upload_act(g, p, x, n);
+    return p;
+}
+
+/* Raw bytes of a device buffer, for bit-for-bit comparisons. */
+static void *raw(ops_ctx *g, const void *p, size_t bytes) {
+    void *h = dk_malloc(bytes + 1);
+    ops_download(g, h, p, bytes);
+    return h;
+}
+
+static int zero_rows(const float *x, int from, int T, size_t row) {
+    for (size_t i = (size_t)from * row; i < (size_t)T * row; i++)
+        if (x[i] != 0.0f) return 0;
+    return 1;
+}
+
+static void run_case(const attn_case *c, ops_ctx *g) {
+    int cu[9] = {0};
+    int L = 0;
+    for (int s = 0; s < c->n_seqs; s++) {
+        cu[s + 1] = cu[s] + c->lens[s];
+        if (c->lens[s] > L) L = c->lens[s];
+    }
+    const int covered = cu[c->n_seqs], T = covered + c->pad, Hq = c->Hq, Hkv = c->Hkv, D = c->D;
+    const size_t nq = (size_t)T * Hq * D, nk = (size_t)T * Hkv * D, nl = (size_t)Hq * T;
+    const float scale = 1.0f / sqrtf((float)D);
+    printf("%s: T=%d n_seqs=%d Hq=%d Hkv=%d D=%d\n", c->name, T, c->n_seqs, Hq, Hkv, D);
+
+    float *q = rand_bf16(nq, c->qscale), *k = rand_bf16(nk, 1.0f), *v = rand_bf16(nk, 1.0f);
+    float *dout = rand_bf16(nq, 1.0f);
+    void *dq_in = dev_act(g, q, nq), *dk_in = dev_act(g, k, nk), *dv_in = dev_act(g, v, nk);
+    void *ddout = dev_act(g, dout, nq);
+    int32_t *dcu = ops_alloc(g, sizeof cu);
+    ops_upload(g, dcu, cu, sizeof cu);
+
+    /* ---- forward ---- */
+    void *dout_gpu = dev_nan_act(g, nq);
+    float *dlse = dev_nan_f32(g, nl);
+    double t0 = dk_now();
+    ops_attention_forward(g, dout_gpu, dlse, dq_in, dk_in, dv_in, dcu, c->n_seqs, T, Hq, Hkv, D, scale);
+    ops_sync(g);
+    double t_fwd = dk_now() - t0;
+    float *out = dk_malloc(nq * sizeof(float) + 4), *lse = dk_malloc(nl * sizeof(float) + 4);
+    ops_download_act(g, out, dout_gpu, nq);
+    ops_download(g, lse, dlse, nl * sizeof(float));
+
+    size_t rows = L < 64 ? (size_t)L : 64;
+    size_t cpu_scratch = 2 * rows * (size_t)L * sizeof(float) + 64;
+    ops_ctx cpu;
+    if (ops_ctx_init(&cpu, DK_DEVICE_CPU, 0, cpu_scratch) != DK_OK) DK_ABORT("%s", dk_error());
+    float *out_ref = dk_malloc(nq * sizeof(float) + 4), *lse_ref = dk_malloc(nl * sizeof(float) + 4);
+    ops_attention_forward(&cpu, out_ref, lse_ref, q, k, v, cu, c->n_seqs, T, Hq, Hkv, D, scale);
+    check("out", max_abs_diff(out, out_ref, nq), 1e-2 * fmax(max_abs(out_ref, nq), 1e-30));
+    check("lse", max_abs_diff(lse, lse_ref, nl), 1e-4 * fmax(1.0, max_abs(lse_ref, nl)));
+    int pad_ok = zero_rows(out, covered, T, (size_t)Hq * D);
+    for (int h = 0; h < Hq; h++)
+        for (int t = covered; t < T; t++) pad_ok &= lse[(size_t)h * T + t] == 0.0f;
+    CHECK(pad_ok, "%s: forward padding rows are not exactly zero", c->name);
+
+    /* Bit-for-bit repeat. */
+    void *out2 = dev_nan_act(g, nq);
+    float *lse2 = dev_nan_f32(g, nl);
+    ops_attention_forward(g, out2, lse2, dq_in, dk_in, dv_in, dcu, c->n_seqs, T, Hq, Hkv, D, scale);
+    void *ra = raw(g, dout_gpu, nq * 2), *rb = raw(g, out2, nq * 2);
+    void *la = raw(g, dlse, nl * 4), *lb = raw(g, lse2, nl * 4);
+    CHECK(memcmp(ra, rb, nq * 2) == 0 && memcmp(la, lb, nl * 4) == 0, "%s: forward not bit-reproducible", c->name);
+
+    /* ---- backward, on the GPU forward's out and lse ---- */
+    void *gdq = dev_nan_act(g, nq), *gdk = dev_nan_act(g, nk), *gdv = dev_nan_act(g, nk);
+    t0 = dk_now();
+    ops_attention_backward(g, gdq, gdk, gdv, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, c->n_seqs, T, Hq, Hkv,
+                           D, scale);
+    ops_sync(g);
+    double t_bwd = dk_now() - t0;
+    float *gq = dk_malloc(nq * 4 + 4), *gk = dk_malloc(nk * 4 + 4), *gv = dk_malloc(nk * 4 + 4);
+    ops_download_act(g, gq, gdq, nq);
+    ops_download_act(g, gk, gdk, nk);
+    ops_download_act(g, gv, gdv, nk);
+    float *rq = dk_malloc(nq * 4 + 4), *rk = dk_malloc(nk * 4 + 4), *rv = dk_malloc(nk * 4 + 4);
+    ops_attention_backward(&cpu, rq, rk, rv, dout, q, k, v, out, lse, cu, c->n_seqs, T, Hq, Hkv, D, scale);
+    check("dq", max_abs_diff(gq, rq, nq), 2e-2 * fmax(max_abs(rq, nq), 1e-30));
+    check("dk", max_abs_diff(gk, rk, nk), 2e-2 * fmax(max_abs(rk, nk), 1e-30));
+    check("dv", max_abs_diff(gv, rv, nk), 2e-2 * fmax(max_abs(rv, nk), 1e-30));
+    CHECK(zero_rows(gq, covered, T, (size_t)Hq * D) && zero_rows(gk, covered, T, (size_t)Hkv * D) &&
+              zero_rows(gv, covered, T, (size_t)Hkv * D),
+          "%s: backward padding rows are not exactly zero", c->name);
+
+    void *gdq2 = dev_nan_act(g, nq), *gdk2 = dev_nan_act(g, nk), *gdv2 = dev_nan_act(g, nk);
+    ops_attention_backward(g, gdq2, gdk2, gdv2, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, c->n_seqs, T, Hq,
+                           Hkv, D, scale);
+    void *a1 = raw(g, gdq, nq * 2), *a2 = raw(g, gdq2, nq * 2);
+    void *b1 = raw(g, gdk, nk * 2), *b2 = raw(g, gdk2, nk * 2);
+    void *c1 = raw(g, gdv, nk * 2), *c2 = raw(g, gdv2, nk * 2);
+    CHECK(memcmp(a1, a2, nq * 2) == 0 && memcmp(b1, b2, nk * 2) == 0 && memcmp(c1, c2, nk * 2) == 0,
+          "%s: backward not bit-reproducible", c->name);
+    printf("    first-call time: forward %.2f ms, backward %.2f ms\n", t_fwd * 1e3, t_bwd * 1e3);
+
+    void *dev[] = {dq_in, dk_in, dv_in, ddout, dcu, dout_gpu, dlse, out2, lse2, gdq, gdk, gdv, gdq2, gdk2, gdv2};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) ops_free(g, dev[i]);
+    void *host[] = {q, k, v, dout, out, lse, out_ref, lse_ref, ra, rb, la, lb, gq, gk, gv, rq, rk, rv,
+                    a1, a2, b1, b2, c1, c2};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    ops_ctx_free(&cpu);
+}
+
+int main(int argc, char **argv) {
+    if (device_count() == 0 || !ops_cuda_available()) {
+        printf("test_cuda_attention: no usable CUDA GPU, skipped\n");
+        return 77;
+    }
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    char desc[256];
+    if (device_describe(0, desc, sizeof desc) == 0) printf("device: %s\n", desc);
+    ops_ctx g;
+    if (ops_ctx_init(&g, DK_DEVICE_CUDA, 0, (size_t)64 << 20) != DK_OK) {
+        fprintf(stderr, "%s\n", dk_error());
+        return 1;
+    }
+    rng_seed(1234);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!quick || cases[i].quick) run_case(&cases[i], &g);
+    ops_ctx_free(&g);
+    return test_finish("test_cuda_attention");
+}

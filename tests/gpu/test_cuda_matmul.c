@@ -1,0 +1,151 @@
+/* test_cuda_matmul.c: ops_matmul (cuBLASLt) and the linear-layer bias on the
+ * CUDA backend against the CPU backend (OpenBLAS sgemm) on the same
+ * bf16-valued inputs:
+ * - all four transpose combinations, alpha and beta, bf16 and fp32 (c_f32)
+ *   outputs, odd sizes (M, N, K in 1..97), the model's shapes, operands at
+ *   2-byte offsets (cuBLASLt's unaligned kernels), beta = 0 on a NaN-filled
+ *   C, K = 0 (C = beta * C), and bf16 outputs with a long K (K = 5000,
+ *   5632: the products staged in fp32 so they are rounded once);
+ * - ops_bias_forward and ops_bias_backward (accumulating into dbias), with
+ *   C a multiple of 8 (vector path) and not, over many rows; the backward
+ *   twice on the same inputs gives the same bits.
+ *
+ * Tolerances. Both backends accumulate in fp32 from identical inputs, so the
+ * products differ by the summation order only (< 1e-5 of sum |a||b| for
+ * K <= 4096); a bf16 output adds its own rounding, half a bf16 ulp (2^-9
+ * relative). Per element: |gpu - cpu| <= 1e-4 * scale + 2^-8 * |cpu| for
+ * bf16 outputs and 1e-4 * scale for fp32 ones, scale = max |cpu| (1e-4 of
+ * the largest value leaves ~10x margin over the measured ~1e-6..1e-5). The
+ * bias backward sums bf16 values in fp32 in another order than the CPU's
+ * double sums: 1e-5 relative to the largest column sum of |dy|. */
+#include "tests/gpu/test_cuda_common.h"
+
+static double run_case(ctx_pair *p, int M, int N, int K, int ta, int tb, int c_f32, float alpha, float beta,
+                       int shift, int nan_c) {
+    ops_ctx *g = &p->gpu;
+    size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+    float *a = rand_bf16(na, 1.0f, 0.0f), *b = rand_bf16(nb, 1.0f, 0.0f), *c0 = rand_bf16(nc, 1.0f, 0.0f);
+    if (nan_c)
+        for (size_t i = 0; i < nc; i++) c0[i] = NAN;
+    dev_buf da = dev_act(g, a, na, shift), db = dev_act(g, b, nb, shift);
+    dev_buf dc = c_f32 ? dev_f32(g, c0, nc, shift) : dev_act(g, c0, nc, shift);
+    float *want = copy_f32(c0, nc);
+    if (nan_c)
+        for (size_t i = 0; i < nc; i++) want[i] = 0.0f; /* beta = 0: C is never read */
+    ops_matmul(g, dc.p, c_f32, da.p, db.p, M, N, K, ta, tb, alpha, beta);
+    ops_matmul(&p->cpu, want, 1, a, b, M, N, K, ta, tb, alpha, beta);
+    float *got = c_f32 ? get_f32(g, dc.p, nc) : get_act(g, dc.p, nc);
+    double scale = max_abs(want, nc);
+    if (scale == 0.0) scale = 1.0;
+    double r = tol_ratio(got, want, nc, 1e-4 * scale, c_f32 ? 0.0 : 1.0 / 256.0);
+    if (r > 1.0) { /* name the worst element */
+        size_t w = 0;
+        for (size_t i = 1; i < nc; i++)
+            if (fabs((double)got[i] - want[i]) > fabs((double)got[w] - want[w])) w = i;
+        printf("  worst element %zu: cuda %.6g cpu %.6g (scale %.4g)\n", w, got[w], want[w], scale);
+    }
+    CHECK(r <= 1.0, "matmul M=%d N=%d K=%d ta=%d tb=%d c_f32=%d alpha=%g beta=%g shift=%d: tolerance ratio %.3g", M,
+          N, K, ta, tb, c_f32, alpha, beta, shift, r);
+    dev_free(g, &da), dev_free(g, &db), dev_free(g, &dc);
+    free(a), free(b), free(c0), free(want), free(got);
+    return r;
+}
+
+static void check_matmul(ctx_pair *p) {
+    double worst = 0.0;
+    int cases = 0;
+    /* Odd sizes: every transpose, both output types, alpha/beta, alignment. */
+    const int odd[][3] = {{1, 1, 1}, {37, 19, 53}, {64, 48, 96}, {97, 5, 33}, {8, 97, 16}, {128, 256, 1}};
+    for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int cf = 0; cf < 2; cf++)
+                    for (int shift = 0; shift < 2; shift++) {
+                        float alpha = shift ? 0.75f : 1.0f, beta = cf ? 1.0f : (shift ? 0.5f : 0.0f);
+                        double r = run_case(p, odd[s][0], odd[s][1], odd[s][2], ta, tb, cf, alpha, beta, shift, 0);
+                        worst = r > worst ? r : worst;
+                        cases++;
+                    }
+    /* The model's uses: x W^T (0,1), dX = dY W (0,0), dW += dY^T X (1,0, fp32). */
+    const int T = 512, C = 1024, I = 2816;
+    const int shapes[][7] = {{T, 3 * C, C, 0, 1, 0, 0}, {T, C, I, 0, 1, 0, 0},   {T, I, C, 0, 0, 0, 0},
+                             {C, I, T, 1, 0, 1, 1},     {2 * I, C, T, 1, 0, 1, 1}, {T, C, 2 * I, 0, 0, 0, 1},
+                             {200, 300, 5000, 1, 1, 0, 0}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int *q = shapes[s];
+        double r = run_case(p, q[0], q[1], q[2], q[3], q[4], q[5], 1.0f, q[6] ? 1.0f : 0.0f, 0, 0);
+        worst = r > worst ? r : worst;
+        cases++;
+    }
+    /* beta = 0 must not read C (NaN there stays out of the result). */
+    for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 33, 65, 40, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
+    printf("matmul: %d cases, worst tolerance ratio %.3g (<= 1 passes)\n", cases, worst);
+
+    /* K = 0: C = beta * C. */
+    ops_ctx *g = &p->gpu;
+    for (int cf = 0; cf < 2; cf++) {
+        float *c0 = rand_bf16(30, 1.0f, 0.0f);
+        dev_buf dc = cf ? dev_f32(g, c0, 30, 0) : dev_act(g, c0, 30, 0);
+        ops_matmul(g, dc.p, cf, NULL, NULL, 5, 6, 0, 0, 0, 1.0f, 0.5f);
+        float *got = cf ? get_f32(g, dc.p, 30) : get_act(g, dc.p, 30);
+        for (int i = 0; i < 30; i++) c0[i] = cf ? 0.5f * c0[i] : bf16_round(0.5f * c0[i]);
+        CHECK(bits_equal(got, c0, 30), "matmul K=0 c_f32=%d: C != beta * C", cf);
+        dev_free(g, &dc);
+        free(c0), free(got);
+    }
+}
+
+static void check_bias(ctx_pair *p) {
+    ops_ctx *g = &p->gpu;
+    const int shapes[][2] = {{1, 1}, {7, 13}, {300, 64}, {1000, 24}, {4096, 1024}, {333, 1030}, {20000, 128}};
+    double worst_f = 0.0, worst_b = 0.0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int shift = 0; shift < 2; shift++) {
+            int N = shapes[s][0], C = shapes[s][1];
+            size_t n = (size_t)N * C;
+            float *y = rand_bf16(n, 1.0f, 0.0f), *bias = rand_bf16(C, 1.0f, 0.0f);
+            dev_buf dy = dev_act(g, y, n, shift), db = dev_act(g, bias, C, shift);
+            ops_bias_forward(g, dy.p, db.p, N, C);
+            float *got = get_act(g, dy.p, n);
+            for (size_t i = 0; i < n; i++) y[i] = bf16_round(y[i] + bias[i % C]);
+            double ef = max_abs_diff(got, y, n);
+            worst_f = fmax(worst_f, ef);
+            CHECK(ef == 0.0, "bias_forward N=%d C=%d shift=%d: max diff %.3g (must be exact)", N, C, shift, ef);
+
+            /* Backward, accumulating onto a non-zero dbias. */
+            float *dy_h = rand_bf16(n, 1.0f, 0.0f), *acc0 = rand_normal(C, 1.0f, 0.0f);
+            dev_buf ddy = dev_act(g, dy_h, n, shift), ddb = dev_f32(g, acc0, C, 0);
+            ops_bias_backward(g, ddb.p, ddy.p, N, C);
+            float *gb = get_f32(g, ddb.p, C);
+            float *want = copy_f32(acc0, C);
+            ops_bias_backward(&p->cpu, want, dy_h, N, C);
+            double scale = 0.0;
+            for (int c = 0; c < C; c++) {
+                double col = fabs(acc0[c]);
+                for (int r = 0; r < N; r++) col += fabs(dy_h[(size_t)r * C + c]);
+                scale = fmax(scale, col);
+            }
+            double r = tol_ratio(gb, want, C, 1e-5 * scale, 0.0);
+            worst_b = fmax(worst_b, r);
+            CHECK(r <= 1.0, "bias_backward N=%d C=%d shift=%d: tolerance ratio %.3g", N, C, shift, r);
+            /* Deterministic: the same inputs give the same bits. */
+            ops_upload(g, ddb.p, acc0, C * sizeof(float));
+            ops_bias_backward(g, ddb.p, ddy.p, N, C);
+            float *gb2 = get_f32(g, ddb.p, C);
+            CHECK(bits_equal(gb, gb2, C), "bias_backward N=%d C=%d: two runs differ", N, C);
+            dev_free(g, &dy), dev_free(g, &db), dev_free(g, &ddy), dev_free(g, &ddb);
+            free(y), free(bias), free(got), free(dy_h), free(acc0), free(gb), free(want), free(gb2);
+        }
+    printf("bias: forward exact (max diff %.3g), backward worst tolerance ratio %.3g, repeat bit-identical\n",
+           worst_f, worst_b);
+}
+
+int main(void) {
+    ctx_pair p;
+    pair_init(&p, 0);
+    rng_seed(5);
+    check_matmul(&p);
+    check_bias(&p);
+    pair_free(&p);
+    return test_finish("test_cuda_matmul");
+}

@@ -1,0 +1,303 @@
+/* test_gen_cuda_ops.c: the CUDA generation ops (ops_kv_write,
+ * ops_paged_attention, ops_sample) against the CPU reference ops on the same
+ * data. Exits 77 where no CUDA GPU (or no CUDA op table) is available.
+ *
+ * Inputs are drawn in fp32 and rounded to bf16 once, so both backends see the
+ * same values. Tolerances and why:
+ * - kv_write moves bf16 values: exact.
+ * - paged attention: the CUDA kernel rounds P to bf16 for the P.V product
+ *   (relative 2^-9 per weight) and its output to bf16 (2^-9), on outputs of
+ *   size <= max|v| = ~4: max abs error 2e-2; a mean abs error above 2e-3
+ *   would mean a systematic error, not rounding. Shapes cover the tensor-core
+ *   kernel (D = 32, 64, 128; GQA 1..8; decode, multi-tile continuation
+ *   prefill, contexts long enough to split and merge; page sizes 1, 3, 16,
+ *   64) and the plain kernel (D = 16, 48).
+ * - sample: same fp32 logits in, so the same token except where two
+ *   candidates differ by an ulp-level amount (expf / logf differ by an ulp
+ *   between the two math libraries): at least 99.9% of draws agree, greedy
+ *   always; logprobs agree to 2e-5. The GPU's empirical frequencies pass the
+ *   same chi-square test as the CPU's, with top-k / top-p over a 151936-token
+ *   vocabulary. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "kernels/device.h"
+#include "kernels/ops.h"
+#include "../unit/test_ops_common.h"
+
+static ops_ctx cpu, gpu;
+
+/* Rounds to bf16 (nearest even), in place: the values both backends see. */
+static void round_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        u += 0x7fffu + ((u >> 16) & 1u);
+        u &= 0xffff0000u;
+        memcpy(&x[i], &u, 4);
+    }
+}
+
+static void *gpu_act(const float *h, size_t n) {
+    void *d = ops_alloc(&gpu, n * 2);
+    ops_upload_act(&gpu, d, h, n);
+    return d;
+}
+
+static void *gpu_copy(const void *h, size_t bytes) {
+    void *d = ops_alloc(&gpu, bytes ? bytes : 4);
+    ops_upload(&gpu, d, h, bytes);
+    ops_sync(&gpu);
+    return d;
+}
+
+/* ---- kv_write + paged attention ---------------------------------------------------- */
+
+static void check_paged(const char *what, int n_seqs, const int *lens, const int *nq, int Hq, int Hkv, int D,
+                        int P) {
+    rng_seed((uint64_t)(n_seqs * 7919 + Hq * 131 + D * 17 + P));
+    int Tq = 0, maxp = 0, total_pages = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        Tq += nq[s];
+        int np = (lens[s] + P - 1) / P;
+        if (np > maxp) maxp = np;
+        total_pages += np;
+    }
+    const int n_pages = total_pages + 5;
+    const size_t kvrow = (size_t)Hkv * D, qrow = (size_t)Hq * D;
+    const size_t cache_n = (size_t)n_pages * P * kvrow;
+    /* Cache contents: every slot random (unused slots too, as garbage). */
+    float *kc = rand_normal(cache_n, 1.0f, 0.0f), *vc = rand_normal(cache_n, 1.0f, 0.0f);
+    round_bf16(kc, cache_n);
+    round_bf16(vc, cache_n);
+    /* Pages in reverse order, so sequences interleave in memory. */
+    int32_t *bt = dk_calloc((size_t)n_seqs * maxp, sizeof(int32_t));
+    for (int s = 0, next = n_pages - 1; s < n_seqs; s++)
+        for (int p = 0; p < (lens[s] + P - 1) / P; p++) bt[s * maxp + p] = next--;
+    int32_t *cq = dk_malloc((size_t)(n_seqs + 1) * sizeof(int32_t)), *cl = dk_malloc((size_t)n_seqs * sizeof(int32_t));
+    cq[0] = 0;
+    for (int s = 0; s < n_seqs; s++) cq[s + 1] = cq[s] + nq[s], cl[s] = lens[s];
+    const int T = Tq;
+    float *q = rand_normal((size_t)T * qrow, 1.0f, 0.0f);
+    round_bf16(q, (size_t)T * qrow);
+
+    /* The new tokens' k/v are written by kv_write on both backends. */
+    float *kn = rand_normal((size_t)T * kvrow, 1.0f, 0.0f), *vn = rand_normal((size_t)T * kvrow, 1.0f, 0.0f);
+    round_bf16(kn, (size_t)T * kvrow);
+    round_bf16(vn, (size_t)T * kvrow);
+    int32_t *slots = dk_malloc((size_t)T * sizeof(int32_t));
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < nq[s]; i++) {
+            int pos = lens[s] - nq[s] + i;
+            slots[cq[s] + i] = bt[s * maxp + pos / P] * P + pos % P;
+        }
+    float *kc_c = dk_malloc(cache_n * 4), *vc_c = dk_malloc(cache_n * 4);
+    memcpy(kc_c, kc, cache_n * 4);
+    memcpy(vc_c, vc, cache_n * 4);
+    ops_kv_write(&cpu, kc_c, vc_c, kn, vn, slots, T, Hkv, D);
+    void *d_kc = gpu_act(kc, cache_n), *d_vc = gpu_act(vc, cache_n);
+    void *d_kn = gpu_act(kn, (size_t)T * kvrow), *d_vn = gpu_act(vn, (size_t)T * kvrow);
+    int32_t *d_slots = gpu_copy(slots, (size_t)T * 4);
+    ops_kv_write(&gpu, d_kc, d_vc, d_kn, d_vn, d_slots, T, Hkv, D);
+    float *kc_g = dk_malloc(cache_n * 4), *vc_g = dk_malloc(cache_n * 4);
+    ops_download_act(&gpu, kc_g, d_kc, cache_n);
+    ops_download_act(&gpu, vc_g, d_vc, cache_n);
+    int kv_same = !memcmp(kc_g, kc_c, cache_n * 4) && !memcmp(vc_g, vc_c, cache_n * 4);
+
+    float *out_c = dk_malloc((size_t)T * qrow * 4), *out_g = dk_malloc((size_t)T * qrow * 4);
+    const float scale = 1.0f / sqrtf((float)D);
+    ops_paged_attention(&cpu, out_c, q, kc_c, vc_c, bt, maxp, cl, cq, n_seqs, T, Hq, Hkv, D, P, scale);
+    void *d_q = gpu_act(q, (size_t)T * qrow), *d_out = ops_alloc(&gpu, (size_t)T * qrow * 2);
+    int32_t *d_bt = gpu_copy(bt, (size_t)n_seqs * maxp * 4), *d_cq = gpu_copy(cq, (size_t)(n_seqs + 1) * 4);
+    int32_t *d_cl = gpu_copy(cl, (size_t)n_seqs * 4);
+    ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
+    ops_download_act(&gpu, out_g, d_out, (size_t)T * qrow);
+    double mx = max_abs_diff(out_g, out_c, (size_t)T * qrow), mean = 0.0;
+    for (size_t i = 0; i < (size_t)T * qrow; i++) mean += fabs((double)out_g[i] - out_c[i]);
+    mean /= (double)T * qrow;
+    printf("  %-34s Hq %2d Hkv %d D %3d page %2d T %4d: kv_write %s, attention max|diff| %.2e mean %.2e\n", what,
+           Hq, Hkv, D, P, T, kv_same ? "exact" : "DIFFERENT", mx, mean);
+    CHECK(kv_same, "%s: kv_write differs from the CPU op", what);
+    CHECK(mx <= 2e-2 && mean <= 2e-3, "%s: paged attention max|diff| %.3e mean %.3e", what, mx, mean);
+
+    void *dbufs[] = {d_kc, d_vc, d_kn, d_vn, d_slots, d_q, d_out, d_bt, d_cq, d_cl};
+    for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++) ops_free(&gpu, dbufs[i]);
+    free(kc), free(vc), free(bt), free(cq), free(cl), free(q), free(kn), free(vn), free(slots);
+    free(kc_c), free(vc_c), free(kc_g), free(vc_g), free(out_c), free(out_g);
+}
+
+static void test_paged(void) {
+    {   /* decode: one query per sequence, mixed context lengths */
+        int lens[] = {1, 17, 300, 64, 129, 1000, 5, 77}, nq[] = {1, 1, 1, 1, 1, 1, 1, 1};
+        check_paged("decode", 8, lens, nq, 16, 8, 128, 16);
+        check_paged("decode", 8, lens, nq, 8, 1, 64, 3);
+        check_paged("decode", 8, lens, nq, 4, 4, 32, 1);
+        check_paged("decode (plain kernel)", 8, lens, nq, 4, 2, 16, 16);
+        check_paged("decode (plain kernel)", 8, lens, nq, 6, 3, 48, 64);
+    }
+    {   /* one long sequence: split along the context and merged */
+        int lens[] = {5000}, nq[] = {1};
+        check_paged("decode, long context (split)", 1, lens, nq, 16, 8, 128, 16);
+        check_paged("decode, long context (split)", 1, lens, nq, 16, 2, 64, 16);
+        check_paged("decode, long context (plain)", 1, lens, nq, 4, 2, 16, 16);
+    }
+    {   /* continuation prefill: several queries, multi-tile, causal inside */
+        int lens[] = {700, 40, 333}, nq[] = {200, 40, 33};
+        check_paged("continuation prefill", 3, lens, nq, 16, 8, 128, 16);
+        check_paged("continuation prefill", 3, lens, nq, 12, 4, 64, 3);
+        check_paged("continuation prefill (plain)", 3, lens, nq, 4, 2, 16, 16);
+    }
+    {   /* a prompt prefill long enough to split, with a short neighbour */
+        int lens[] = {3, 2100}, nq[] = {3, 5};
+        check_paged("few queries, long context", 2, lens, nq, 16, 8, 128, 16);
+    }
+}
+
+/* ---- sample ---------------------------------------------------------------------------- */
+
+static void compare_sample(const char *what, int n, int V, float T, int top_k, float top_p) {
+    rng_seed((uint64_t)(V + top_k * 7 + n));
+    float *z = rand_normal((size_t)n * V, 2.0f, 0.0f);
+    sample_params *prm = dk_malloc((size_t)n * sizeof(sample_params));
+    for (int r = 0; r < n; r++)
+        prm[r] = (sample_params){.temperature = T, .top_p = top_p, .top_k = top_k, .seed = 5, .counter = (uint64_t)r};
+    float *zc = dk_malloc((size_t)n * V * 4);
+    memcpy(zc, z, (size_t)n * V * 4);
+    int32_t *tc = dk_malloc((size_t)n * 4), *tg = dk_malloc((size_t)n * 4);
+    float *lc = dk_malloc((size_t)n * 4), *lg = dk_malloc((size_t)n * 4);
+    double t0 = dk_now();
+    ops_sample(&cpu, tc, lc, zc, prm, n, V);
+    double cpu_s = dk_now() - t0;
+    float *d_z = gpu_copy(z, (size_t)n * V * 4);
+    sample_params *d_p = gpu_copy(prm, (size_t)n * sizeof(sample_params));
+    int32_t *d_t = ops_alloc(&gpu, (size_t)n * 4);
+    float *d_l = ops_alloc(&gpu, (size_t)n * 4);
+    ops_sample(&gpu, d_t, d_l, d_z, d_p, n, V);
+    ops_download(&gpu, tg, d_t, (size_t)n * 4);
+    ops_download(&gpu, lg, d_l, (size_t)n * 4);
+    int same = 0;
+    double lp = 0.0;
+    for (int r = 0; r < n; r++) {
+        same += tc[r] == tg[r];
+        if (tc[r] == tg[r]) lp = fmax(lp, fabs((double)lc[r] - lg[r]));
+    }
+    printf("  sample %-8s n %5d V %6d T %.1f top_k %4d top_p %.2f: same token %d/%d, logprob max|diff| %.1e "
+           "(cpu %.0f ms)\n",
+           what, n, V, (double)T, top_k, (double)top_p, same, n, lp, cpu_s * 1e3);
+    CHECK(T == 0.0f ? same == n : same >= n - n / 1000, "%s: GPU and CPU drew the same token in %d of %d rows",
+          what, same, n);
+    CHECK(lp <= 2e-5, "%s: logprob differs by %.3e", what, lp);
+    ops_free(&gpu, d_z), ops_free(&gpu, d_p), ops_free(&gpu, d_t), ops_free(&gpu, d_l);
+    free(z), free(prm), free(zc), free(tc), free(tg), free(lc), free(lg);
+}
+
+/* Chi-square of GPU draws of one logit vector against the truncated softmax
+ * (kept set computed here by sorting in double). */
+static const double *sort_y;
+static int by_y_desc(const void *a, const void *b) {
+    double ya = sort_y[*(const int *)a], yb = sort_y[*(const int *)b];
+    return ya != yb ? (ya > yb ? -1 : 1) : *(const int *)a - *(const int *)b;
+}
+
+static void gpu_chi2(int V, float T, int top_k, float top_p, int N) {
+    enum { BATCH = 1000 };
+    rng_seed(77);
+    float *z = rand_normal((size_t)V, 1.0f, 0.0f);
+    double *y = dk_malloc((size_t)V * 8), *prob = dk_calloc((size_t)V, 8);
+    int *idx = dk_malloc((size_t)V * sizeof(int));
+    for (int i = 0; i < V; i++) y[i] = (double)(z[i] / T), idx[i] = i;
+    sort_y = y;
+    qsort(idx, (size_t)V, sizeof(int), by_y_desc);
+    int keep = top_k > 0 && top_k < V ? top_k : V;
+    double m = y[idx[0]], tot = 0.0;
+    for (int i = 0; i < keep; i++) tot += exp(y[idx[i]] - m);
+    if (top_p < 1.0f) {
+        double cum = 0.0;
+        int n = 0;
+        while (n < keep) {
+            cum += exp(y[idx[n]] - m) / tot;
+            n++;
+            if (cum >= top_p) break;
+        }
+        keep = n;
+    }
+    double s = 0.0;
+    for (int i = 0; i < keep; i++) s += exp(y[idx[i]] - m);
+    for (int i = 0; i < keep; i++) prob[idx[i]] = exp(y[idx[i]] - m) / s;
+
+    float *rows = dk_malloc((size_t)BATCH * V * 4);
+    sample_params *prm = dk_malloc((size_t)BATCH * sizeof(sample_params));
+    for (int r = 0; r < BATCH; r++) memcpy(rows + (size_t)r * V, z, (size_t)V * 4);
+    float *d_z = ops_alloc(&gpu, (size_t)BATCH * V * 4);
+    sample_params *d_p = ops_alloc(&gpu, (size_t)BATCH * sizeof(sample_params));
+    int32_t *d_t = ops_alloc(&gpu, (size_t)BATCH * 4);
+    float *d_l = ops_alloc(&gpu, (size_t)BATCH * 4);
+    int32_t *tok = dk_malloc((size_t)N * 4);
+    for (int b0 = 0; b0 < N; b0 += BATCH) {
+        for (int r = 0; r < BATCH; r++)
+            prm[r] = (sample_params){.temperature = T, .top_p = top_p, .top_k = top_k, .seed = 21,
+                                     .counter = (uint64_t)(b0 + r)};
+        ops_upload(&gpu, d_z, rows, (size_t)BATCH * V * 4);
+        ops_upload(&gpu, d_p, prm, (size_t)BATCH * sizeof(sample_params));
+        ops_sample(&gpu, d_t, d_l, d_z, d_p, BATCH, V);
+        ops_download(&gpu, tok + b0, d_t, (size_t)BATCH * 4);
+    }
+    long *count = dk_calloc((size_t)V, sizeof(long));
+    int outside = 0;
+    for (int r = 0; r < N; r++) {
+        if (tok[r] < 0 || tok[r] >= V || prob[tok[r]] == 0.0) outside++;
+        else count[tok[r]]++;
+    }
+    double chi2 = 0.0, pe = 0.0, po = 0.0;
+    int bins = 0;
+    for (int i = 0; i < V; i++) {
+        if (prob[i] == 0.0) continue;
+        double e = prob[i] * N;
+        if (e < 5.0) {
+            pe += e, po += count[i];
+            continue;
+        }
+        chi2 += (count[i] - e) * (count[i] - e) / e;
+        bins++;
+    }
+    if (pe > 0.0) chi2 += (po - pe) * (po - pe) / pe, bins++;
+    int dof = bins - 1;
+    double a = 2.0 / (9.0 * (dof > 0 ? dof : 1)), c = 1.0 - a + 3.0902 * sqrt(a), crit = dof * c * c * c;
+    printf("  GPU chi-square V %6d T %.1f top_k %3d top_p %.2f: kept %d, chi2 %.1f (dof %d, crit %.1f), outside %d\n",
+           V, (double)T, top_k, (double)top_p, keep, chi2, dof, crit, outside);
+    CHECK(outside == 0, "GPU drew %d tokens outside the truncated set", outside);
+    CHECK(dof <= 0 || chi2 <= crit, "GPU chi-square %.1f exceeds %.1f", chi2, crit);
+    ops_free(&gpu, d_z), ops_free(&gpu, d_p), ops_free(&gpu, d_t), ops_free(&gpu, d_l);
+    free(z), free(y), free(prob), free(idx), free(rows), free(prm), free(tok), free(count);
+}
+
+static void test_sample(void) {
+    compare_sample("greedy", 256, 151936, 0.0f, 0, 1.0f);
+    compare_sample("full", 2048, 1000, 1.0f, 0, 1.0f);
+    compare_sample("top-k", 2048, 1000, 0.8f, 40, 1.0f);
+    compare_sample("top-p", 2048, 1000, 1.2f, 0, 0.9f);
+    compare_sample("both", 512, 151936, 1.0f, 100, 0.95f);
+    compare_sample("top-p", 256, 151936, 0.7f, 0, 0.8f);
+    gpu_chi2(64, 1.0f, 0, 1.0f, 40000);
+    gpu_chi2(64, 0.7f, 10, 0.9f, 40000);
+    gpu_chi2(151936, 0.25f, 30, 0.9f, 10000);
+}
+
+int main(void) {
+    if (device_count() == 0 || !ops_cuda_available()) {
+        printf("test_gen_cuda_ops: no CUDA GPU or no CUDA op table in this build, skipped\n");
+        return 77;
+    }
+    if (ops_ctx_init(&cpu, DK_DEVICE_CPU, 0, 0) || ops_ctx_init(&gpu, DK_DEVICE_CUDA, 0, (size_t)256 << 20)) {
+        fprintf(stderr, "%s\n", dk_error());
+        return 1;
+    }
+    test_paged();
+    test_sample();
+    ops_ctx_free(&gpu);
+    ops_ctx_free(&cpu);
+    return test_finish("test_gen_cuda_ops");
+}

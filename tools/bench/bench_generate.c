@@ -1,0 +1,446 @@
+/* bench_generate.c: the generation engine on a Qwen3-1.7B-shaped model with
+ * random bf16 weights (hidden 2048, 28 layers, 16 heads, 8 KV heads, head
+ * dim 128, intermediate 6144, vocabulary 151936, tied embeddings), on one GPU:
+ *
+ * 1. batch 64, prompt 512, 256 new tokens (temperature 1, no stop): tokens/s
+ *    of the whole generate (prefill + decode, what Hugging Face generate is
+ *    timed on), its ratio to HF generate (--hf-tps: what
+ *    tools/bench/bench_generate_hf.py printed on the same machine, else the
+ *    723 tokens/s anchor measured on this H200), and the decode phase against
+ *    the memory roofline: every step must read all weights (3.44 GB) and every
+ *    live sequence's cached K/V, at the copy bandwidth (--bw, 4.27 TB/s).
+ * 2. batch 1, 1k-token context: per-token latency against the same roofline.
+ * 3. the launch question: for one decode step at batch 1 and 64, the host
+ *    time to queue the step's kernels, the time of the step when the host
+ *    waits for it, and the per-step time when 20 steps are queued back to
+ *    back. If queueing takes as long as the step, launch overhead dominates.
+ *    Then each op of the step timed alone (50 calls back to back), with its
+ *    calls per step and effective bandwidth: where the step's time goes.
+ * 4. a 3-turn conversation batch (32 conversations: 512-token prompt, turns
+ *    of 128 tokens, 128-token feedback appended after each): the time to
+ *    prefill an appended turn against re-prefilling the whole history.
+ *
+ * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "kernels/device.h"
+#include "kernels/ops.h"
+#include "model/gen_forward.h"
+#include "model/generate.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+static const model_config qwen3_1_7b = {
+    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 28,
+    .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
+    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
+};
+
+#define HF_ANCHOR_TPS 723.0
+
+static void must(dk_status s, const char *what) {
+    if (s != DK_OK) {
+        fprintf(stderr, "bench_generate: %s: %s\n", what, dk_error());
+        exit(1);
+    }
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_u64(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static float next_normal(void) {
+    double u1 = ((next_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (next_u64() >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* Random weights, fast: one block of normal values reused across buffers
+ * (the speed of the engine does not depend on the values), norms at 1. */
+static void init_weights(model *m) {
+    const size_t BLOCK = (size_t)1 << 24;
+    float *blk = dk_malloc(BLOCK * sizeof(float));
+    for (size_t i = 0; i < BLOCK; i++) blk[i] = 0.02f * next_normal();
+    const param_layout *pl = &m->layout;
+    size_t off = 0;
+#define FILL(ptr, n)                                                                          \
+    for (size_t i0 = 0; i0 < (n); i0 += BLOCK) {                                              \
+        size_t k = (n) - i0 < BLOCK ? (n) - i0 : BLOCK;                                       \
+        size_t s = (off += 4099) % (BLOCK - k + 1);                                           \
+        ops_upload_act(m->ctx, (char *)(ptr) + i0 * ops_act_size(m->ctx), blk + s, k);        \
+    }
+    FILL(m->params.embed, pl->embed_size);
+    for (int l = 0; l < m->cfg.n_layers; l++) FILL(m->params.layers[l], pl->layer_size);
+#undef FILL
+    float *ones = dk_malloc((size_t)m->cfg.hidden_size * sizeof(float));
+    for (int i = 0; i < m->cfg.hidden_size; i++) ones[i] = 1.0f;
+    ops_upload_act(m->ctx, m->params.final_norm, ones, (size_t)m->cfg.hidden_size);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const dk_layer_tensor norms[] = {P_ATTN_NORM, P_MLP_NORM, P_Q_NORM, P_K_NORM};
+        for (int j = 0; j < 4; j++)
+            if (pl->size[norms[j]])
+                ops_upload_act(m->ctx, param_layer_ptr(&m->params, pl, l, norms[j]), ones, pl->size[norms[j]]);
+    }
+    ops_sync(m->ctx);
+    free(ones);
+    free(blk);
+}
+
+static double weight_bytes(const model *m) {
+    const param_layout *pl = &m->layout;
+    return 2.0 * ((double)pl->embed_size + (double)m->cfg.n_layers * pl->layer_size + pl->final_norm_size +
+                  pl->lm_head_size);
+}
+
+/* Bytes of K and V one cached token holds over all layers (bf16). */
+static double kv_token_bytes(const model_config *c) { return 2.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim; }
+
+static gen_seq *random_seq(gen_engine *e, uint64_t seed, int len, int V) {
+    gen_seq *s = gen_seq_new(e, seed);
+    int32_t *t = dk_malloc((size_t)len * sizeof(int32_t));
+    for (int i = 0; i < len; i++) t[i] = (int32_t)(next_u64() % (uint64_t)V);
+    must(gen_seq_append(e, s, t, len), "append");
+    free(t);
+    return s;
+}
+
+/* ---- 3. launch overhead of one decode step --------------------------------------- */
+
+static void launch_probe(model *m, int B, int ctx_len, double *enqueue_ms, double *serial_ms, double *pipelined_ms) {
+    const int P = 16, pages_per = (ctx_len + 1 + P - 1) / P;
+    kv_cache kv;
+    must(kv_cache_create(&kv, m->ctx, &m->cfg, P, B * pages_per), "kv cache");
+    gen_forward f;
+    gen_forward_init(&f, m, &kv, B, B);
+    int32_t *tok = dk_malloc((size_t)B * 4), *pos = dk_malloc((size_t)B * 4), *slot = dk_malloc((size_t)B * 4);
+    int32_t *cu = dk_malloc((size_t)(B + 1) * 4), *lens = dk_malloc((size_t)B * 4), *rows = dk_malloc((size_t)B * 4);
+    int32_t *bt = dk_malloc((size_t)B * pages_per * 4);
+    sample_params *prm = dk_calloc((size_t)B, sizeof(sample_params));
+    cu[0] = 0;
+    for (int b = 0; b < B; b++) {
+        tok[b] = (int32_t)(next_u64() % (uint64_t)m->cfg.vocab_size);
+        pos[b] = ctx_len;
+        for (int p = 0; p < pages_per; p++) bt[b * pages_per + p] = b * pages_per + p;
+        slot[b] = bt[b * pages_per + ctx_len / P] * P + ctx_len % P;
+        cu[b + 1] = b + 1;
+        lens[b] = ctx_len + 1;
+        rows[b] = b;
+        prm[b] = (sample_params){.temperature = 1.0f, .top_p = 1.0f, .seed = 1, .counter = (uint64_t)b};
+    }
+    gen_step st = {.T = B, .n_seqs = B, .n_rows = B, .max_pages = pages_per, .fresh = 0, .gather = 0, .sample = 1};
+    int32_t *d_i = ops_alloc(m->ctx, (size_t)(6 * B + 1 + B * pages_per) * 4);
+    sample_params *d_p = ops_alloc(m->ctx, (size_t)B * sizeof(sample_params));
+    int32_t *w = d_i;
+    ops_upload(m->ctx, w, tok, (size_t)B * 4), st.tokens = w, w += B;
+    ops_upload(m->ctx, w, pos, (size_t)B * 4), st.pos = w, w += B;
+    ops_upload(m->ctx, w, slot, (size_t)B * 4), st.slots = w, w += B;
+    ops_upload(m->ctx, w, cu, (size_t)(B + 1) * 4), st.cu_q = w, w += B + 1;
+    ops_upload(m->ctx, w, lens, (size_t)B * 4), st.ctx_lens = w, w += B;
+    ops_upload(m->ctx, w, rows, (size_t)B * 4), st.rows = w, w += B;
+    ops_upload(m->ctx, w, bt, (size_t)B * pages_per * 4), st.block_table = w;
+    ops_upload(m->ctx, d_p, prm, (size_t)B * sizeof(sample_params));
+    st.params = d_p;
+    int32_t *d_out = ops_alloc(m->ctx, (size_t)2 * B * 4);
+    st.out_tokens = d_out;
+    st.out_logprobs = (float *)(d_out + B);
+    ops_sync(m->ctx);
+    for (int i = 0; i < 3; i++) gen_forward_run(&f, &st);
+    ops_sync(m->ctx);
+    const int N = 20;
+    double enq = 0.0, ser = 0.0;
+    for (int i = 0; i < N; i++) {
+        double t0 = dk_now();
+        gen_forward_run(&f, &st);
+        double t1 = dk_now();
+        ops_sync(m->ctx);
+        double t2 = dk_now();
+        enq += t1 - t0, ser += t2 - t0;
+    }
+    double t0 = dk_now();
+    for (int i = 0; i < N; i++) gen_forward_run(&f, &st);
+    ops_sync(m->ctx);
+    *pipelined_ms = (dk_now() - t0) / N * 1e3;
+    *enqueue_ms = enq / N * 1e3;
+    *serial_ms = ser / N * 1e3;
+    ops_free(m->ctx, d_i), ops_free(m->ctx, d_p), ops_free(m->ctx, d_out);
+    free(tok), free(pos), free(slot), free(cu), free(lens), free(rows), free(bt), free(prm);
+    gen_forward_free(&f);
+    kv_cache_free(&kv);
+}
+
+/* ---- per-op times of one decode step ----------------------------------------------- */
+
+/* Each op of a decode step at batch B (context ctx_len) run 50 times back to
+ * back: the time per call, its count per step and the bytes it must move.
+ * A kernel shorter than a launch shows the launch rate instead. */
+static void op_table(model *m, int B, int ctx_len, double measured_ms) {
+    const model_config *c = &m->cfg;
+    ops_ctx *ctx = m->ctx;
+    const int C = c->hidden_size, I = c->intermediate_size, D = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads;
+    const int Q = Hq * D, KV = Hkv * D, G = Hq / Hkv, V = c->vocab_size, L = c->n_layers;
+    const int P = 16, pages_per = (ctx_len + P - 1) / P;
+    kv_cache kv;
+    must(kv_cache_create(&kv, ctx, c, P, B * pages_per), "kv cache");
+    const size_t A = 2;
+    void *x = ops_alloc(ctx, (size_t)B * C * A), *ln = ops_alloc(ctx, (size_t)B * C * A);
+    void *fused = ops_alloc(ctx, (size_t)B * (Q + 2 * KV) * A), *qkv = ops_alloc(ctx, (size_t)B * (Q + 2 * KV) * A);
+    void *qk = ops_alloc(ctx, (size_t)B * (Q + KV) * A), *att = ops_alloc(ctx, (size_t)B * Q * A);
+    void *gu = ops_alloc(ctx, (size_t)B * 2 * I * A), *h = ops_alloc(ctx, (size_t)B * I * A);
+    float *rstd = ops_alloc(ctx, (size_t)B * Hq * 4), *logits = ops_alloc(ctx, (size_t)B * V * 4);
+    int32_t *hi = dk_malloc((size_t)(B * (G + 2) + 6 * B + 1 + B * pages_per) * 4);
+    int32_t *rows = hi, *pos = rows + B * (G + 2), *slot = pos + B, *cu = slot + B, *lens = cu + B + 1, *tok = lens + B;
+    int32_t *out = tok + B, *bt = out + 2 * B;
+    gen_forward_qkv_rows(c, B, rows);
+    cu[0] = 0;
+    for (int b = 0; b < B; b++) {
+        pos[b] = ctx_len - 1, lens[b] = ctx_len, cu[b + 1] = b + 1, tok[b] = b;
+        for (int p = 0; p < pages_per; p++) bt[b * pages_per + p] = b * pages_per + p;
+        slot[b] = bt[b * pages_per + (ctx_len - 1) / P] * P + (ctx_len - 1) % P;
+    }
+    size_t ni = (size_t)(B * (G + 2) + 6 * B + 1 + B * pages_per);
+    int32_t *di = ops_alloc(ctx, ni * 4);
+    ops_upload(ctx, di, hi, ni * 4);
+    int32_t *d_rows = di + (rows - hi), *d_pos = di + (pos - hi), *d_slot = di + (slot - hi), *d_cu = di + (cu - hi);
+    int32_t *d_lens = di + (lens - hi), *d_tok = di + (tok - hi), *d_out = di + (out - hi), *d_bt = di + (bt - hi);
+    sample_params *prm = dk_calloc((size_t)B, sizeof(sample_params));
+    for (int b = 0; b < B; b++) prm[b] = (sample_params){.temperature = 1.0f, .top_p = 1.0f, .seed = 3, .counter = 1};
+    sample_params *d_prm = ops_alloc(ctx, (size_t)B * sizeof(sample_params));
+    ops_upload(ctx, d_prm, prm, (size_t)B * sizeof(sample_params));
+    ops_sync(ctx);
+#define WL(t) param_layer_ptr(&m->params, &m->layout, 0, t)
+    const int N = 50;
+    double total = 0.0;
+    printf("  %-30s %9s %6s %9s %10s\n", "op (batch, shape)", "us/call", "calls", "ms/step", "GB/s");
+#define TIME(name, calls, bytes, stmt)                                                                     \
+    do {                                                                                                   \
+        stmt;                                                                                              \
+        ops_sync(ctx);                                                                                     \
+        double t0_ = dk_now();                                                                             \
+        for (int it_ = 0; it_ < N; it_++) stmt;                                                            \
+        ops_sync(ctx);                                                                                     \
+        double us_ = (dk_now() - t0_) / N * 1e6;                                                           \
+        total += us_ * (calls) / 1e3;                                                                      \
+        printf("  %-30s %9.1f %6d %9.3f %10.0f\n", name, us_, (int)(calls), us_ * (calls) / 1e3,          \
+               (double)(bytes) / us_ / 1e3);                                                               \
+    } while (0)
+    const double wqkv = 2.0 * (Q + 2.0 * KV) * C;
+    TIME("embedding", 1, 2.0 * B * C, ops_embedding_forward(ctx, x, d_tok, m->params.embed, B, C));
+    TIME("rmsnorm [B, C]", 2 * L + 1, 4.0 * B * C, ops_rmsnorm_forward(ctx, ln, rstd, x, WL(P_ATTN_NORM), B, C, 1e-6f));
+    TIME("matmul q|k|v fused", L, wqkv, ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
+    if (B > 1) {
+        TIME("gather q|k|v", L, 4.0 * B * (Q + 2 * KV),
+             ops_embedding_forward(ctx, qkv, d_rows, fused, B * (G + 2), KV));
+        TIME("(matmul q alone)", 0, 2.0 * Q * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WQ), B, Q, C, 0, 1, 1.0f, 0.0f));
+        TIME("(matmul k alone)", 0, 2.0 * KV * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WK), B, KV, C, 0, 1, 1.0f, 0.0f));
+    }
+    TIME("rmsnorm q heads", L, 4.0 * B * Q, ops_rmsnorm_forward(ctx, qk, rstd, qkv, WL(P_Q_NORM), B * Hq, D, 1e-6f));
+    TIME("rmsnorm k heads", L, 4.0 * B * KV,
+         ops_rmsnorm_forward(ctx, (char *)qk + (size_t)B * Q * A, rstd, (char *)qkv + (size_t)B * Q * A,
+                             WL(P_K_NORM), B * Hkv, D, 1e-6f));
+    if (B == 1) {
+        TIME("rope q|k", L, 4.0 * (Q + KV), ops_rope_forward(ctx, qk, d_pos, 1, Hq + Hkv, D, 1e6f));
+    } else {
+        TIME("rope q", L, 4.0 * B * Q, ops_rope_forward(ctx, qk, d_pos, B, Hq, D, 1e6f));
+        TIME("rope k", L, 4.0 * B * KV, ops_rope_forward(ctx, (char *)qk + (size_t)B * Q * A, d_pos, B, Hkv, D, 1e6f));
+    }
+    TIME("kv_write", L, 8.0 * B * KV,
+         ops_kv_write(ctx, kv.k[0], kv.v[0], (char *)qk + (size_t)B * Q * A, (char *)qkv + (size_t)B * (Q + KV) * A,
+                      d_slot, B, Hkv, D));
+    TIME("paged_attention", L, 4.0 * B * ctx_len * KV,
+         ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
+                             0.0883883f));
+    TIME("matmul o (+residual)", L, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
+    TIME("matmul gate|up", L, 4.0 * I * C, ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
+    TIME("swiglu", L, 6.0 * B * I, ops_swiglu_forward(ctx, h, gu, B, I));
+    TIME("matmul down (+residual)", L, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
+    TIME("matmul lm head (fp32 out)", 1, 2.0 * V * C,
+         ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
+    TIME("sample", 1, 8.0 * B * V, ops_sample(ctx, d_out, (float *)(d_out + B), logits, d_prm, B, V));
+#undef TIME
+#undef WL
+    printf("  sum of the ops %.3f ms per step; a step measured %.3f ms\n", total, measured_ms);
+    void *bufs[] = {x, ln, fused, qkv, qk, att, gu, h, rstd, logits, di, d_prm};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(ctx, bufs[i]);
+    free(hi), free(prm);
+    kv_cache_free(&kv);
+}
+
+int main(int argc, char **argv) {
+    double hf_tps = 0.0, bw = 4.27e12;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else {
+            fprintf(stderr, "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick]\n");
+            return 2;
+        }
+    }
+    if (device_count() == 0 || !ops_cuda_available()) {
+        fprintf(stderr, "bench_generate: needs a CUDA GPU and a build with the CUDA op table\n");
+        return 1;
+    }
+    char desc[256];
+    device_describe(0, desc, sizeof desc);
+    printf("device: %s\n", desc);
+    const model_config *c = &qwen3_1_7b;
+    ops_ctx ctx;
+    must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, (size_t)256 << 20), "ctx");
+    model m;
+    must(model_create(&m, c, &ctx, 8, 0), "model_create");
+    double t0 = dk_now();
+    init_weights(&m);
+    printf("model: Qwen3-1.7B shape, %.2f GB of bf16 weights (initialised in %.1f s)\n", weight_bytes(&m) / 1e9,
+           dk_now() - t0);
+    const double W = weight_bytes(&m), KVT = kv_token_bytes(c);
+    const int V = c->vocab_size;
+
+    gen_config gc = {.page_size = 16, .cache_bytes = (size_t)24 << 30, .max_batch = 64, .max_step_tokens = 8192,
+                     .max_context = 2048};
+    gen_engine *e;
+    must(gen_create(&e, &m, &gc), "gen_create");
+    printf("engine: %d pages of 16 tokens (%.1f GB KV cache), max batch 64, prefill chunks of 8192 tokens\n",
+           gen_get_config(e)->n_pages, gen_get_config(e)->n_pages * gen_page_bytes(c, &ctx, 16) / 1e9);
+
+    /* Warm-up: builds every matmul plan the runs below use. */
+    {
+        gen_seq *w[64];
+        for (int i = 0; i < 64; i++) w[i] = random_seq(e, 9000 + (uint64_t)i, 512, V);
+        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 4};
+        must(gen_run(e, w, 64, &p), "warm-up");
+        for (int i = 0; i < 64; i++) gen_seq_free(e, w[i]);
+        gen_seq *one = random_seq(e, 1, 1024, V);
+        p.max_new_tokens = 4;
+        must(gen_run(e, &one, 1, &p), "warm-up");
+        gen_seq_free(e, one);
+    }
+
+    /* 1. batch 64, prompt 512, 256 new tokens. */
+    {
+        enum { B = 64, PROMPT = 512, NEW = 256 };
+        gen_seq *s[B];
+        for (int i = 0; i < B; i++) s[i] = random_seq(e, 100 + (uint64_t)i, PROMPT, V);
+        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
+        ops_sync(&ctx);
+        double a = dk_now();
+        must(gen_run(e, s, B, &p), "prefill");
+        double b = dk_now();
+        p.max_new_tokens = NEW - 1;
+        long steps0 = gen_get_stats(e)->steps;
+        must(gen_run(e, s, B, &p), "decode");
+        double d = dk_now();
+        long steps = gen_get_stats(e)->steps - steps0;
+        int ok = 1;
+        for (int i = 0; i < B; i++) ok &= s[i]->n_tokens == PROMPT + NEW;
+        const double total = d - a, decode = d - b, tps = B * NEW / total;
+        /* Decode roofline: step k (k = 1..NEW-1) reads the weights and B
+         * sequences' K/V of PROMPT + k tokens. */
+        double bytes = 0.0;
+        for (int k = 1; k < NEW; k++) bytes += W + (double)B * (PROMPT + k) * KVT;
+        const double roof = bytes / bw;
+        const double hf = hf_tps > 0.0 ? hf_tps : HF_ANCHOR_TPS;
+        printf("\n[batch 64, prompt 512, 256 new tokens]%s\n", ok ? "" : "  (WARNING: some sequences stopped early)");
+        printf("  prefill %.3f s (%.0f tokens/s), decode %.3f s over %ld steps (%.2f ms/step, %.0f tokens/s)\n", b - a,
+               B * PROMPT / (b - a), decode, steps, decode / steps * 1e3, B * (NEW - 1) / decode);
+        printf("  generate: %.0f tokens/s = %.1fx HF generate (%.0f tokens/s, %s)\n", tps, tps / hf, hf,
+               hf_tps > 0.0 ? "--hf-tps, bench_generate_hf.py" : "anchor");
+        printf("  decode memory roofline: %.2f GB read per step on average (%.2f weights + %.2f KV), %.2f ms/step at "
+               "%.2f TB/s: %.0f%% of roofline\n",
+               bytes / (NEW - 1) / 1e9, W / 1e9, (bytes / (NEW - 1) - W) / 1e9, roof / (NEW - 1) * 1e3, bw / 1e12,
+               100.0 * roof / decode);
+        for (int i = 0; i < B; i++) gen_seq_free(e, s[i]);
+    }
+
+    /* 2. batch 1, 1k context. */
+    {
+        const int CTX = 1024, NEW = quick ? 32 : 128;
+        gen_seq *s = random_seq(e, 7, CTX, V);
+        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
+        must(gen_run(e, &s, 1, &p), "prefill");
+        p.max_new_tokens = NEW;
+        double a = dk_now();
+        must(gen_run(e, &s, 1, &p), "decode");
+        double per = (dk_now() - a) / NEW;
+        double roof = (W + (CTX + NEW / 2.0) * KVT) / bw;
+        printf("\n[batch 1, 1k context]\n  %.3f ms/token; roofline %.3f ms (weights %.2f GB + KV %.3f GB): %.2fx the "
+               "roofline\n",
+               per * 1e3, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9, per / roof);
+        gen_seq_free(e, s);
+    }
+
+    /* 3. launch overhead and where a decode step's time goes. */
+    {
+        printf("\n[launch overhead of one decode step]\n");
+        const int Bs[2] = {1, 64}, ctxs[2] = {1024, 640};
+        double serial[2];
+        for (int i = 0; i < 2; i++) {
+            double enq, pip;
+            launch_probe(&m, Bs[i], ctxs[i], &enq, &serial[i], &pip);
+            printf("  batch %2d, context %4d: queueing the kernels %.3f ms, step waited on %.3f ms, back-to-back "
+                   "%.3f ms/step -> %s\n",
+                   Bs[i], ctxs[i], enq, serial[i], pip,
+                   enq > 0.8 * serial[i] ? "launch-bound (a CUDA graph would help)"
+                                         : "GPU-bound (launches are hidden)");
+        }
+        for (int i = 0; i < 2; i++) {
+            printf("\n[per-op times, batch %d, context %d]\n", Bs[i], ctxs[i]);
+            op_table(&m, Bs[i], ctxs[i], serial[i]);
+        }
+    }
+
+    /* 4. multi-turn: appended-turn prefill vs re-prefilling the history. */
+    {
+        enum { B = 32, PROMPT = 512, TURN = 128, FEEDBACK = 128 };
+        gen_seq *s[B];
+        for (int i = 0; i < B; i++) s[i] = random_seq(e, 500 + (uint64_t)i, PROMPT, V);
+        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = TURN};
+        must(gen_run(e, s, B, &p), "turn 1");
+        printf("\n[3-turn conversations, batch 32: prompt 512, turns of 128, feedback of 128]\n");
+        int32_t fb[FEEDBACK];
+        for (int turn = 2; turn <= 3; turn++) {
+            for (int i = 0; i < B; i++) {
+                for (int j = 0; j < FEEDBACK; j++) fb[j] = (int32_t)(next_u64() % (uint64_t)V);
+                must(gen_seq_append(e, s[i], fb, FEEDBACK), "feedback");
+            }
+            /* Appended turn: prefill the new tokens and sample the first. */
+            gen_params one = p;
+            one.max_new_tokens = 1;
+            long pre0 = gen_get_stats(e)->prefill_tokens;
+            double a = dk_now();
+            must(gen_run(e, s, B, &one), "appended prefill");
+            double t_app = dk_now() - a;
+            long pre_app = gen_get_stats(e)->prefill_tokens - pre0;
+            /* The same histories prefilled from scratch. */
+            gen_seq *f[B];
+            for (int i = 0; i < B; i++) {
+                f[i] = gen_seq_new(e, s[i]->seed);
+                must(gen_seq_append(e, f[i], s[i]->tokens, s[i]->n_tokens - 1), "history");
+            }
+            pre0 = gen_get_stats(e)->prefill_tokens;
+            a = dk_now();
+            must(gen_run(e, f, B, &one), "full prefill");
+            double t_full = dk_now() - a;
+            long pre_full = gen_get_stats(e)->prefill_tokens - pre0;
+            printf("  turn %d (history %d tokens): appended prefill %.1f ms (%ld tokens), re-prefill of the whole "
+                   "history %.1f ms (%ld tokens): %.1fx faster\n",
+                   turn, s[0]->n_tokens - 1, t_app * 1e3, pre_app, t_full * 1e3, pre_full, t_full / t_app);
+            for (int i = 0; i < B; i++) gen_seq_free(e, f[i]);
+            gen_params rest = p;
+            rest.max_new_tokens = TURN - 1;
+            must(gen_run(e, s, B, &rest), "turn decode");
+        }
+        for (int i = 0; i < B; i++) gen_seq_free(e, s[i]);
+    }
+    gen_free(e);
+    model_free(&m);
+    ops_ctx_free(&ctx);
+    return 0;
+}
