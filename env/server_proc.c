@@ -157,6 +157,18 @@ static void child_exec(const kg_server_config *c, int in_fd, int out_fd, pid_t p
     setenv("PYTHONPATH", pp, 1);
     setenv("PYTHONUNBUFFERED", "1", 1);
     if (c->cuda_visible[0]) setenv("CUDA_VISIBLE_DEVICES", c->cuda_visible, 1);
+    /* The CUPTI recorder is built beside this program (build/env/cupti/). */
+    if (!getenv("DK_KGPROF_LIB") && !getenv("DK_BUILD")) {
+        char exe[PATH_MAX], lib[PATH_MAX + 32];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n > 0) {
+            exe[n] = '\0';
+            char *slash = strrchr(exe, '/');
+            if (slash) *slash = '\0';
+            snprintf(lib, sizeof lib, "%s/env/cupti/libkgprof.so", exe);
+            if (access(lib, R_OK) == 0) setenv("DK_KGPROF_LIB", lib, 1);
+        }
+    }
     if (c->script[0])
         execl(c->python, c->python, c->script, (char *)NULL);
     else

@@ -1,0 +1,110 @@
+"""Output comparison for correctness: shape and dtype checks, allclose with
+the task's tolerance, input-mutation and output-reuse tests. Outputs may be a
+tensor or a (nested) tuple/list of tensors and Python numbers."""
+
+import math
+
+import torch
+
+from env.harness import protocol
+
+
+def leaves(x):
+    if isinstance(x, (list, tuple)):
+        for e in x:
+            yield from leaves(e)
+    else:
+        yield x
+
+
+def tolerance(opts, task, ref_output):
+    """atol, rtol: the job's options win, then the task's module-level ATOL /
+    RTOL, then the default for the output dtype (1e-4 fp32, 1e-2 half)."""
+    half = any(isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16)
+               for t in leaves(ref_output))
+    default = protocol.DEFAULT_TOL_HALF if half else protocol.DEFAULT_TOL_FP32
+    atol = opts.get("atol")
+    rtol = opts.get("rtol")
+    if atol is None:
+        atol = float(getattr(task, "ATOL", default))
+    if rtol is None:
+        rtol = float(getattr(task, "RTOL", default))
+    return float(atol), float(rtol)
+
+
+def compare(ref, out, atol, rtol):
+    """Returns (ok, max_abs_diff, message). max_abs_diff is None when the
+    outputs cannot be compared element by element."""
+    ref_leaves = list(leaves(ref))
+    out_leaves = list(leaves(out))
+    if len(ref_leaves) != len(out_leaves):
+        return False, None, f"output has {len(out_leaves)} values, the reference {len(ref_leaves)}"
+    worst = 0.0
+    for i, (r, o) in enumerate(zip(ref_leaves, out_leaves)):
+        where = f"output {i}" if len(ref_leaves) > 1 else "output"
+        if isinstance(r, torch.Tensor):
+            if not isinstance(o, torch.Tensor):
+                return False, None, f"{where} is {type(o).__name__}, expected a tensor"
+            if tuple(o.shape) != tuple(r.shape):
+                return False, None, f"{where} has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
+            if o.dtype != r.dtype:
+                return False, None, f"{where} has dtype {o.dtype}, expected {r.dtype}"
+            if o.device != r.device:
+                return False, None, f"{where} is on {o.device}, expected {r.device}"
+            if r.numel() == 0:
+                continue
+            rf, of = r.detach().double(), o.detach().double()
+            diff = (rf - of).abs()
+            nan_out = torch.isnan(of) & ~torch.isnan(rf)
+            if bool(nan_out.any()):
+                return False, math.inf, f"{where} holds NaN where the reference does not"
+            d = float(torch.nan_to_num(diff, nan=0.0, posinf=math.inf).max())
+            worst = max(worst, d)
+            if not torch.allclose(of, rf, atol=atol, rtol=rtol, equal_nan=True):
+                bad = int((diff > atol + rtol * rf.abs()).sum())
+                return False, worst, (f"{where} differs from the reference: max abs diff {d:.3g}, "
+                                      f"{bad} of {r.numel()} elements outside atol={atol:g} rtol={rtol:g}")
+        elif isinstance(r, (int, float)):
+            if not isinstance(o, (int, float)) or isinstance(o, bool) != isinstance(r, bool):
+                return False, None, f"{where} is {type(o).__name__}, expected {type(r).__name__}"
+            d = abs(float(o) - float(r))
+            worst = max(worst, d)
+            if d > atol + rtol * abs(float(r)):
+                return False, worst, f"{where} is {o}, expected {r}"
+        elif r != o:
+            return False, None, f"{where} is {o!r}, expected {r!r}"
+    return True, worst, ""
+
+
+def mutated_input(before, after):
+    """Index of the first tensor input whose values changed, else None."""
+    for i, (b, a) in enumerate(zip(before, after)):
+        if isinstance(b, torch.Tensor):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return i
+            same = (a == b) | (torch.isnan(a) & torch.isnan(b)) if a.is_floating_point() else (a == b)
+            if not bool(same.all()):
+                return i
+    return None
+
+
+def storage_ptrs(x):
+    return {t.untyped_storage().data_ptr() for t in leaves(x)
+            if isinstance(t, torch.Tensor) and t.numel() > 0}
+
+
+def shares_storage(a, b):
+    return bool(storage_ptrs(a) & storage_ptrs(b))
+
+
+def identical(a, b):
+    la, lb = list(leaves(a)), list(leaves(b))
+    if len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True

@@ -1,0 +1,73 @@
+"""Loading task and candidate sources as separate Python modules.
+
+Each source is written into the job's private directory and imported from
+there, so Triton can read a kernel's source (it needs inspect.getsource) and
+tracebacks name real lines.
+"""
+
+import importlib.util
+import os
+import sys
+
+
+class SourceLoadError(Exception):
+    """The module raised while it was being imported; the message holds the
+    exception text and the tail of the traceback."""
+
+
+def load_module(name, source, directory):
+    path = os.path.join(directory, name + ".py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def use_triton_interpreter():
+    """Makes Triton run kernels through its interpreter in this process.
+
+    Triton picks the interpreter when a function is decorated (triton.jit
+    reads knobs.runtime.interpret, i.e. TRITON_INTERPRET, at that moment),
+    and triton.language's own helpers (tl.zeros, tl.sum, ...) are decorated
+    when triton.language is imported. The warm server imported Triton in
+    compiled mode, so the child drops every Triton module except the native
+    extension (triton._C, which cannot be loaded twice) and imports Triton
+    again with TRITON_INTERPRET=1: about 0.1 s."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    for name in list(sys.modules):
+        if (name == "triton" or name.startswith("triton.")) and not name.startswith("triton._C"):
+            del sys.modules[name]
+    import triton.language
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(triton.language.zeros, InterpretedFunction)
+
+
+def inputs_from(task, seed, device):
+    """Calls get_inputs() right after torch.manual_seed(seed) and moves the
+    tensors to the device (non-tensor inputs are passed as they are).
+
+    On CUDA, get_inputs() runs with the GPU as the default device, so its
+    torch.rand/randn calls draw on the GPU: the same distributions, without
+    generating hundreds of MB on the host for every input set (the reference
+    process draws its sets the same way)."""
+    import torch
+
+    torch.manual_seed(seed)
+    if getattr(device, "type", device) == "cuda":
+        with torch.device(device):
+            raw = task.get_inputs()
+    else:
+        raw = task.get_inputs()
+    if not isinstance(raw, (list, tuple)):
+        raise TypeError(f"get_inputs() must return a list, got {type(raw).__name__}")
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in raw]
+
+
+def clone_inputs(inputs):
+    import torch
+
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]

@@ -1,0 +1,622 @@
+"""The sandbox around each evaluation: a child forked from the warm server.
+
+In the child, before any job code runs:
+  - os.setsid(): its own session and process group, so the group can be
+    killed as a whole;
+  - stdin from /dev/null, stdout/stderr into files in the job's private
+    directory, every other inherited descriptor closed except the result
+    pipe (the server's fd 3 to the C worker is never reachable);
+  - new network and mount namespaces where the kernel allows (as root
+    unshare() needs no user namespace; otherwise CLONE_NEWUSER comes first):
+    the network namespace has no interface up, so even 127.0.0.1 is
+    unreachable; in the mount namespace every file system is remounted
+    read-only except the job directory and the shared compile caches (/proc
+    and /dev stay as they are, device nodes must open read-write);
+  - resource limits: CPU time, file size, no core files, address space on
+    the CPU device (CUDA reserves far more virtual memory than it uses, so
+    on CUDA the memory cap is the server's RSS watchdog), process count for
+    non-root users (the kernel ignores RLIMIT_NPROC for root);
+  - the private directory as cwd, HOME and TMPDIR, a scrubbed environment;
+  - every capability dropped (bounding set too) and no_new_privs, so root in
+    the child cannot undo the read-only mounts or ptrace the server.
+The child reports over a pipe created before the fork; a message only counts
+when it carries the per-job nonce, so bytes the candidate writes to the pipe
+are ignored.
+
+In the server, while the child runs: a wall-clock deadline, and a watchdog
+that walks the server's descendants in /proc (the server is a child
+subreaper, so processes that escape the group with setsid or double forks
+are still its descendants) and kills everything when there are more than
+max_procs of them (fork bombs, also as root) or their resident memory
+exceeds the limit. After every job all descendants are killed and reaped.
+"""
+
+import ctypes
+import faulthandler
+import json
+import os
+import resource
+import secrets
+import select
+import signal
+import sys
+import tempfile
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+
+ST_TO_MS = {2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME, 2048: MS_NODIRATIME, 4096: MS_RELATIME}
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+MAGIC = b"\x00KGRESULT:"
+MAX_MESSAGE_BYTES = 64 << 20
+SCAN_INTERVAL_S = 0.2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+class Limits:
+    def __init__(self, timeout_s=120.0, cpu_time_s=600, memory_limit_gb=32.0, max_procs=64,
+                 fsize_bytes=256 << 20, device="cpu"):
+        self.timeout_s = float(timeout_s)
+        self.cpu_time_s = int(max(1, cpu_time_s))
+        self.memory_bytes = int(memory_limit_gb * (1 << 30))
+        self.max_procs = int(max_procs)
+        self.fsize_bytes = int(fsize_bytes)
+        self.device = device
+
+
+class Outcome:
+    """What happened to a child: kind is "message" (it reported), "timeout",
+    "limit" (the watchdog killed it), "died" (a signal), or "no_message"
+    (it exited without reporting)."""
+
+    def __init__(self):
+        self.kind = "no_message"
+        self.message = None
+        self.detail = ""
+        self.exit_code = None
+        self.signal = None
+        self.wall_s = 0.0
+        self.stderr_tail = ""
+        self.peak_procs = 0
+
+
+# ---- server side ----------------------------------------------------------------
+
+def server_setup():
+    """Called once in the server: become a child subreaper (escaped
+    grandchildren come back to us) and make our memory unreadable to
+    processes without CAP_SYS_PTRACE."""
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _proc_table():
+    """pid -> (ppid, rss_bytes) for every process we can read."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(b")") + 2:].split()
+        if len(rest) < 22:
+            continue
+        if rest[0] == b"Z":  # zombies hold no memory and are reaped below
+            continue
+        table[int(name)] = (int(rest[1]), int(rest[21]) * page)
+    return table
+
+
+def _pss(pid, rss):
+    """Proportional set size: pages shared copy-on-write between forked
+    processes are split among them instead of counted once per process (a
+    torch process forked 20 times would otherwise look 20 times its size)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss
+
+
+PSS_SAMPLES = 4
+
+
+def _estimate_pss(pids):
+    """Sum of proportional set sizes of pids. Reading smaps_rollup of a torch
+    process costs tens of ms, so only the PSS_SAMPLES largest processes are
+    read and the rest are scaled by the PSS/RSS ratio seen in the sample."""
+    table = _proc_table()
+    sized = sorted(((table[p][1], p) for p in pids if p in table), reverse=True)
+    sample, rest = sized[:PSS_SAMPLES], sized[PSS_SAMPLES:]
+    pss = sum(_pss(p, r) for r, p in sample)
+    rss_sample = sum(r for r, _ in sample)
+    ratio = pss / rss_sample if rss_sample else 1.0
+    return pss + ratio * sum(r for r, _ in rest)
+
+
+def descendants(root_pid=None, skip=None):
+    """(pids, total memory) of all live descendants of root_pid (default:
+    us). Memory is the sum of resident sizes, replaced by the sum of
+    proportional set sizes (slower to read) only when the first is large
+    enough to matter: see memory_of()."""
+    root_pid = os.getpid() if root_pid is None else root_pid
+    skip = _retired if skip is None else skip
+    table = _proc_table()
+    children = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, rss, stack = [], 0, list(children.get(root_pid, []))
+    while stack:
+        p = stack.pop()
+        if p in skip:
+            continue
+        out.append(p)
+        rss += table[p][1]
+        stack.extend(children.get(p, []))
+    return out, rss
+
+
+def _reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# Processes of finished jobs that were sent SIGKILL but may still be tearing
+# down (a CUDA context takes a while to release). The next job does not wait
+# for them; they are left out of its watchdog counts and reaped as they go.
+_retired = set()
+
+
+def _prune_retired():
+    for p in list(_retired):
+        try:
+            wpid, _ = os.waitpid(p, os.WNOHANG)
+            if wpid == p:
+                _retired.discard(p)
+                continue
+        except ChildProcessError:
+            pass
+        if not os.path.exists(f"/proc/{p}"):
+            _retired.discard(p)
+
+
+def _retire(child_pid):
+    """SIGKILLs a finished job's processes without waiting for them."""
+    try:
+        os.killpg(child_pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    pids, _ = descendants(skip=())
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    _retired.update(pids)
+    _retired.add(child_pid)
+
+
+def kill_all_descendants(child_pid=None, rounds=50):
+    """SIGKILLs the child's group and every descendant of the server until
+    none is left (or rounds run out: a process stuck in the kernel), reaping
+    as we go."""
+    if child_pid is not None:
+        try:
+            os.killpg(child_pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for _ in range(rounds):
+        pids, _ = descendants(skip=())
+        if not pids:
+            _reap()
+            return True
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+        _reap()
+    return False
+
+
+
+def _parse_message(buf, nonce):
+    tag = MAGIC + nonce.encode() + b":"
+    at = buf.rfind(tag)
+    while at >= 0:
+        head = at + len(tag)
+        length_field = bytes(buf[head:head + 12])
+        if len(length_field) == 12 and length_field.isdigit() and buf[head + 12:head + 13] == b":":
+            n = int(length_field)
+            body = bytes(buf[head + 13:head + 13 + n])
+            if len(body) == n:
+                try:
+                    return json.loads(body.decode("utf-8"))
+                except ValueError:
+                    pass
+        at = buf.rfind(tag, 0, at)
+    return None
+
+
+def _tail(path, n=3000):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def run(target, limits, workdir, env, writable_dirs):
+    """Forks a sandboxed child that calls target(isolation) and reports the
+    dict it returns. Returns an Outcome once the child is gone and every
+    process it started has been killed."""
+    _prune_retired()
+    rfd, wfd = os.pipe()
+    nonce = secrets.token_hex(16)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child never returns from here
+        code = 0
+        try:
+            os.close(rfd)
+            isolation = enter(wfd, limits, workdir, env, writable_dirs)
+            message = target(isolation)
+        except BaseException as e:  # report, whatever happened
+            message = {"status": "error", "error": f"internal error in the evaluation child: {type(e).__name__}: {e}"}
+            code = 1
+        try:
+            _send(wfd, nonce, message)
+        except BaseException:
+            code = 3
+        os._exit(code)
+    os.close(wfd)
+    out = None
+    try:
+        out = _supervise(pid, rfd, nonce, limits, workdir, t0)
+        return out
+    finally:
+        os.close(rfd)
+        if out is not None and out.kind == "message" and out.exit_code is None and out.signal is None:
+            _retire(pid)
+        else:
+            kill_all_descendants(pid)
+
+
+def _supervise(pid, rfd, nonce, limits, workdir, t0):
+    out = Outcome()
+    buf = bytearray()
+    deadline = t0 + limits.timeout_s
+    next_scan = t0 + 0.05
+    eof = False
+    status = None
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            out.kind = "timeout"
+            out.detail = f"killed after {limits.timeout_s:g} s wall clock"
+            break
+        wait = min(0.05, deadline - now)
+        if not eof:
+            ready, _, _ = select.select([rfd], [], [], wait)
+            if ready:
+                chunk = os.read(rfd, 1 << 20)
+                if chunk:
+                    buf += chunk
+                    if len(buf) > MAX_MESSAGE_BYTES:
+                        out.kind = "limit"
+                        out.detail = "the child wrote more than 64 MB to the result pipe"
+                        break
+                    if MAGIC in chunk or MAGIC in buf[-len(chunk) - len(MAGIC):]:
+                        message = _parse_message(buf, nonce)
+                        if message is not None:
+                            # Reported: the child's exit (CUDA teardown)
+                            # is not waited for; run() retires it.
+                            out.kind = "message"
+                            out.message = message
+                            out.wall_s = time.monotonic() - t0
+                            out.stderr_tail = _tail(os.path.join(workdir, "stderr.txt"))
+                            return out
+                else:
+                    eof = True
+        else:
+            time.sleep(wait)
+        wpid, status = os.waitpid(pid, os.WNOHANG)
+        if wpid == pid:
+            break
+        status = None
+        if time.monotonic() >= next_scan:
+            pids, rss = descendants()
+            out.peak_procs = max(out.peak_procs, len(pids))
+            if len(pids) > limits.max_procs:
+                out.kind = "limit"
+                out.detail = (f"killed: {len(pids)} processes in the sandbox, over the limit of "
+                              f"{limits.max_procs} (fork bomb?)")
+                break
+            if rss > limits.memory_bytes and len(pids) > 1:
+                rss = _estimate_pss(pids)
+            if rss > limits.memory_bytes:
+                out.kind = "limit"
+                out.detail = (f"killed: resident memory {rss / (1 << 30):.1f} GB over the limit of "
+                              f"{limits.memory_bytes / (1 << 30):.1f} GB")
+                break
+            next_scan = time.monotonic() + SCAN_INTERVAL_S
+    out.wall_s = time.monotonic() - t0
+    if status is None:
+        # Timeout or watchdog: kill the whole tree, then collect the child.
+        kill_all_descendants(pid)
+        for _ in range(500):
+            try:
+                wpid, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if wpid == pid:
+                break
+            time.sleep(0.01)
+    # Whatever is still in the pipe (grandchildren may keep it open, so read
+    # only what is there).
+    while True:
+        ready, _, _ = select.select([rfd], [], [], 0)
+        if not ready:
+            break
+        chunk = os.read(rfd, 1 << 20)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > MAX_MESSAGE_BYTES:
+            break
+    out.stderr_tail = _tail(os.path.join(workdir, "stderr.txt"))
+    if out.kind in ("timeout", "limit"):
+        return out
+    if status is not None:
+        if os.WIFSIGNALED(status):
+            out.signal = os.WTERMSIG(status)
+        elif os.WIFEXITED(status):
+            out.exit_code = os.WEXITSTATUS(status)
+    out.message = _parse_message(buf, nonce)
+    if out.message is not None:
+        out.kind = "message"
+    elif out.signal is not None:
+        out.kind = "died"
+        name = signal.Signals(out.signal).name if out.signal in signal.Signals._value2member_map_ else str(out.signal)
+        out.detail = f"the evaluation process died from signal {name}"
+        if out.signal == signal.SIGXCPU:
+            out.detail += f" (CPU time limit of {limits.cpu_time_s} s)"
+    else:
+        out.kind = "no_message"
+        out.detail = f"the evaluation process exited with code {out.exit_code} without reporting a result"
+    return out
+
+
+# ---- child side -----------------------------------------------------------------
+
+def _send(fd, nonce, message):
+    body = json.dumps(message, allow_nan=False).encode("utf-8")
+    data = MAGIC + nonce.encode() + b":" + b"%012d:" % len(body) + body
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _close_fds(keep):
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _unshare(flags):
+    return _libc.unshare(ctypes.c_int(flags)) == 0
+
+
+def _write_file(path, text):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _mount_points():
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 4:
+                # mountinfo escapes space, tab, newline and backslash as \ooo
+                mp = parts[4].encode().decode("unicode_escape").encode("latin-1").decode("utf-8", "replace")
+                points.append(mp)
+    return points
+
+
+def _mount(src, target, flags):
+    s = src.encode() if src else None
+    return _libc.mount(s, target.encode(), None, flags, None) == 0
+
+
+def _readonly_filesystems(writable_dirs, notes):
+    """Remounts every mount read-only in our private mount namespace, except
+    /proc, /dev and the writable directories (bind-mounted onto themselves
+    first so they become mount points of their own)."""
+    if not _mount(None, "/", MS_REC | MS_PRIVATE):
+        notes.append(f"mount --make-rprivate / failed: {os.strerror(ctypes.get_errno())}")
+        return False
+    keep = set()
+    for d in writable_dirs:
+        real = os.path.realpath(d)
+        if _mount(real, real, MS_BIND | MS_REC):
+            keep.add(real)
+        else:
+            notes.append(f"bind {real} failed: {os.strerror(ctypes.get_errno())}")
+    root_ok = False
+    for mp in _mount_points():
+        if mp in keep or mp == "/proc" or mp.startswith("/proc/") or mp == "/dev" or mp.startswith("/dev/"):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        try:
+            st = os.statvfs(mp).f_flag
+            for bit, ms in ST_TO_MS.items():
+                if st & bit:
+                    flags |= ms
+        except OSError:
+            continue
+        ok = _mount(None, mp, flags)
+        if mp == "/":
+            root_ok = ok
+            if not ok:
+                notes.append(f"remounting / read-only failed: {os.strerror(ctypes.get_errno())}")
+    return root_ok
+
+
+def _isolate(writable_dirs):
+    info = {"network": False, "filesystem": False, "capabilities_dropped": False, "notes": []}
+    root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
+    base = 0 if root else CLONE_NEWUSER
+    got = 0
+    if _unshare(base | CLONE_NEWNS | CLONE_NEWNET):
+        got = CLONE_NEWNS | CLONE_NEWNET
+    elif _unshare(base | CLONE_NEWNET):
+        got = CLONE_NEWNET
+        info["notes"].append("mount namespace unavailable")
+    elif _unshare(base | CLONE_NEWNS):
+        got = CLONE_NEWNS
+        info["notes"].append("network namespace unavailable")
+    else:
+        info["notes"].append(f"unshare failed: {os.strerror(ctypes.get_errno())}")
+    if got and not root:
+        try:
+            _write_file("/proc/self/setgroups", "deny")
+            _write_file("/proc/self/uid_map", f"0 {uid} 1")
+            _write_file("/proc/self/gid_map", f"0 {gid} 1")
+        except OSError as e:
+            info["notes"].append(f"user namespace maps: {e.strerror}")
+    info["network"] = bool(got & CLONE_NEWNET)
+    if got & CLONE_NEWNS:
+        info["filesystem"] = _readonly_filesystems(writable_dirs, info["notes"])
+    if not info["network"]:
+        info["notes"].append("network isolation unavailable")
+    if not info["filesystem"]:
+        info["notes"].append("filesystem isolation unavailable")
+    return info
+
+
+def _drop_capabilities():
+    for cap in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    ok = _libc.capset(header, data) == 0
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    return ok
+
+
+def _vm_bytes(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _set_limits(limits):
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 5))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.fsize_bytes, limits.fsize_bytes))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.device == "cpu":
+        # What the warm server already maps (torch alone is a few GB of
+        # address space) plus the job's budget.
+        cap = _vm_bytes("VmSize") + limits.memory_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    if os.geteuid() != 0:
+        # Counted per user across the machine, threads included, so leave
+        # room for what the user already runs.
+        try:
+            running = sum(len(os.listdir(f"/proc/{p}/task")) for p in os.listdir("/proc")
+                          if p.isdigit() and os.stat(f"/proc/{p}").st_uid == os.getuid())
+        except OSError:
+            running = 0
+        cap = running + 4 * limits.max_procs + 256
+        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap if hard == resource.RLIM_INFINITY else hard))
+
+
+def enter(result_fd, limits, workdir, env, writable_dirs):
+    """Puts the current (freshly forked) process into the sandbox. Returns
+    what isolation could be had, for the result."""
+    os.setsid()
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    out = os.open(os.path.join(workdir, "stdout.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err = os.open(os.path.join(workdir, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    _close_fds({result_fd})
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    sys.dont_write_bytecode = True
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    info = _isolate([workdir] + list(writable_dirs))
+    _set_limits(limits)
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update(env)
+    # tempfile caches the temp dir it picked in the server (before TMPDIR
+    # pointed here); everything else in the file system is read-only now.
+    tempfile.tempdir = workdir
+    info["capabilities_dropped"] = _drop_capabilities()
+    return info

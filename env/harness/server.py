@@ -1,0 +1,460 @@
+"""The warm KernelGym evaluation server.
+
+    python -m env.harness.server        (cwd or PYTHONPATH = the source root)
+
+Imports torch and triton once (a fresh `import torch, triton` costs seconds;
+a fork of this process costs milliseconds), never touches CUDA itself, and
+answers jobs read one JSON object per line from stdin, in order, one at a
+time. Each job is evaluated in a sandboxed child (env.harness.sandbox)
+forked from here, so every job gets a fresh CUDA context. Results go, one
+JSON object per line, to fd 3 (the C worker's private pipe), or to stdout
+when fd 3 is not open; logs go to stderr. The first line written is
+{"ready": true, ...}. EOF on stdin ends the server with exit code 0.
+
+Line kinds: a job (see env.harness.protocol), {"kind": "ping"} answered
+{"pong": true}, {"kind": "gpu_check", "gpu": N} answered {"gpu_ok": ...}.
+
+Environment: DK_KG_CACHE (cache dir, default ~/.cache/drkernel/kernelgym:
+reference timings, Triton and CUDA compile caches), DK_KG_TMP (where job
+directories are made, default the system temp dir), DK_KGPROF_LIB / DK_BUILD
+(where libkgprof.so is).
+"""
+
+import importlib
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import torch
+import triton
+
+from env.harness import evaluate, profiler, protocol, reference, sandbox
+
+GPU_CHECK_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 120.0
+RECHECK_SLOWDOWN = 0.5   # the strict re-run must keep at least this share of the speedup
+PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
+              "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "NCCL_NVLS_ENABLE",
+              "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+def log(msg):
+    sys.stderr.write(f"[kernelgym-harness {os.getpid()}] {msg}\n")
+    sys.stderr.flush()
+
+
+def sanitize(x):
+    """JSON without NaN/Infinity: non-finite floats become null."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: sanitize(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [sanitize(v) for v in x]
+    return x
+
+
+def warm_triton():
+    """Work every child would repeat on its first Triton launch that needs no
+    GPU, done once here so forked children inherit the results: Triton's
+    compile-cache key hashes its whole native library (about 0.3 s for 500
+    MB) and its CUDA backend looks for libcuda with `ldconfig -p`. Both are
+    memoised functions; neither touches the driver."""
+    done = []
+    calls = [("triton.runtime.cache", "triton_key", ()), ("triton.compiler.compiler", "triton_key", ()),
+             ("triton.backends.nvidia.driver", "libcuda_dirs", ())]
+    # The backend's hash runs `ptxas --version` per architecture (Hopper and
+    # Blackwell share a ptxas; older parts use another).
+    calls += [("triton.backends.nvidia.compiler", "get_ptxas_version", (arch,)) for arch in (80, 90)]
+    for module, name, args in calls:
+        try:
+            getattr(importlib.import_module(module), name)(*args)
+            done.append(f"{module}.{name}{args if args else ''}")
+        except Exception:  # an older or newer Triton, or no libcuda / ptxas here
+            pass
+    try:
+        from triton.backends.nvidia import compiler as nv
+
+        nv.file_hash(os.path.join(os.path.dirname(nv.__file__), "lib", "libdevice.10.bc"))
+        done.append("libdevice hash")
+    except Exception:
+        pass
+    return done
+
+
+def _probe_target(isolation):
+    info = {"isolation": isolation, "cuda": False, "gpus": []}
+    try:
+        if torch.cuda.is_available():
+            info["cuda"] = True
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception as e:
+        info["error"] = f"{type(e).__name__}: {e}"
+    return info
+
+
+def _gpu_check_target(isolation):
+    try:
+        x = torch.arange(1024, dtype=torch.float32, device="cuda")
+        s = float(x.sum())
+        torch.cuda.synchronize()
+        if s != 523776.0:
+            return {"gpu_ok": False, "error": f"a reduction on the GPU gave {s}, expected 523776"}
+        return {"gpu_ok": True, "error": ""}
+    except Exception as e:
+        return {"gpu_ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+KGPROF_PROBE_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kgprof_probe_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1.0, mask=offs < n)
+"""
+
+
+def _kgprof_probe_target(isolation):
+    """Runs libkgprof once around a torch kernel and a Triton kernel: the
+    records must name the Triton kernel as the launch counter knows it."""
+    from env.harness import loader
+
+    try:
+        prof, why = profiler.load_kgprof()
+        if prof is None:
+            return {"ok": False, "error": why}
+        mod = loader.load_module("kg_kgprof_probe", KGPROF_PROBE_KERNEL, os.getcwd())
+        x = torch.zeros(4096, device="cuda")
+        mod.kgprof_probe_kernel[(4,)](x, 4096, BLOCK=1024)
+        torch.cuda.synchronize()
+        prof.start()
+        x.add_(1)
+        mod.kgprof_probe_kernel[(4,)](x, 4096, BLOCK=1024)
+        torch.cuda.synchronize()
+        prof.stop()
+        recs = prof.records()
+        names = [r[0] for r in recs]
+        ok = len(recs) >= 2 and any(profiler.is_candidate_kernel(n, ["kgprof_probe_kernel"]) for n in names)
+        return {"ok": ok, "records": [[r[0][:80], r[1], r[3] - r[2]] for r in recs],
+                "error": "" if ok else f"unexpected records {names}"}
+    except Exception as e:
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+class Server:
+    def __init__(self):
+        self.cache_dir = os.environ.get("DK_KG_CACHE") or os.path.join(
+            os.path.expanduser("~"), ".cache", "drkernel", "kernelgym")
+        self.compile_dirs = {name: os.path.join(self.cache_dir, name) for name in ("triton", "nv", "inductor")}
+        for d in list(self.compile_dirs.values()) + [os.path.join(self.cache_dir, "ref")]:
+            os.makedirs(d, exist_ok=True)
+        base = os.environ.get("DK_KG_TMP") or tempfile.gettempdir()
+        self.tmp_base = os.path.join(base, f"dk-kernelgym-{os.getpid()}")
+        os.makedirs(self.tmp_base, exist_ok=True)
+        self.visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self.kgprof = profiler.kgprof_path()
+        self.versions = {"torch": torch.__version__, "triton": triton.__version__}
+        self.cuda = False
+        self.gpus = []
+        self.isolation = {}
+        try:
+            os.fstat(3)
+            self.out = os.fdopen(3, "w", buffering=1, encoding="utf-8")
+        except OSError:
+            self.out = sys.stdout
+
+    # ---- plumbing -------------------------------------------------------------
+    def write(self, obj):
+        self.out.write(json.dumps(sanitize(obj), allow_nan=False) + "\n")
+        self.out.flush()
+
+    def child_env(self, workdir, device, gpu):
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.update({
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TRITON_CACHE_DIR": self.compile_dirs["triton"],
+            "CUDA_CACHE_PATH": self.compile_dirs["nv"],
+            "TORCHINDUCTOR_CACHE_DIR": self.compile_dirs["inductor"],
+        })
+        # Children find libkgprof only through this variable, so a library
+        # that failed the startup self-test is really switched off.
+        env["DK_KGPROF_LIB"] = self.kgprof or ""
+        if device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif device == "cuda":
+            if self.visible:
+                ids = [v.strip() for v in self.visible.split(",") if v.strip()]
+                env["CUDA_VISIBLE_DEVICES"] = ids[gpu] if gpu < len(ids) else str(gpu)
+            else:
+                env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        elif self.visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.visible
+        return env
+
+    def run_child(self, target, device, gpu, limits):
+        workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
+        try:
+            env = self.child_env(workdir, device, gpu)
+            return sandbox.run(target, limits, workdir, env, list(self.compile_dirs.values()))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    @staticmethod
+    def limits(opts, device, timeout_s=None):
+        return sandbox.Limits(timeout_s=timeout_s or opts["timeout_s"], cpu_time_s=opts["cpu_time_s"],
+                              memory_limit_gb=opts["memory_limit_gb"], max_procs=opts["max_procs"],
+                              device=device)
+
+    # ---- startup ---------------------------------------------------------------
+    def start(self):
+        sandbox.server_setup()
+        self.warmed = warm_triton()
+        opts = protocol.resolve_options({})
+        out = self.run_child(_probe_target, "probe", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S))
+        if out.kind == "message":
+            self.cuda = bool(out.message.get("cuda"))
+            self.gpus = out.message.get("gpus", [])
+            self.isolation = out.message.get("isolation", {})
+            if out.message.get("error"):
+                log(f"CUDA probe: {out.message['error']}")
+        else:
+            log(f"the startup probe failed ({out.kind}: {out.detail}); assuming no GPU")
+        for note in self.isolation.get("notes", []):
+            log(f"sandbox: {note}")
+        self.kgprof_error = None
+        if self.cuda and self.kgprof:
+            out = self.run_child(_kgprof_probe_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S))
+            if out.kind != "message" or not out.message.get("ok"):
+                self.kgprof_error = (out.message or {}).get("error") if out.kind == "message" else f"{out.kind}: {out.detail}"
+                log(f"libkgprof failed its self-test ({self.kgprof_error}); profiles fall back to torch.profiler")
+                self.kgprof = None
+            else:
+                self.kgprof_records = out.message.get("records")
+        self.write({"ready": True, "pid": os.getpid(), "torch": torch.__version__, "triton": triton.__version__,
+                    "python": sys.version.split()[0], "cuda": self.cuda, "gpus": self.gpus,
+                    "isolation": {k: self.isolation.get(k, False)
+                                  for k in ("network", "filesystem", "capabilities_dropped")},
+                    "kgprof": self.kgprof, "kgprof_error": self.kgprof_error,
+                    "kgprof_probe": getattr(self, "kgprof_records", None), "warmed": self.warmed})
+
+    # ---- jobs ------------------------------------------------------------------
+    def validate(self, job, opts):
+        """Returns an error message for a job that cannot be evaluated."""
+        for field in ("task_source", "candidate_source"):
+            src = job.get(field)
+            who = "task" if field == "task_source" else "candidate"
+            if not isinstance(src, str):
+                return f"the job has no {field} string"
+            if len(src) > opts["max_source_bytes"]:
+                return f"the {who} is over the size limit of {opts['max_source_bytes']} bytes ({len(src)} characters)"
+            try:
+                n = len(src.encode("utf-8"))
+            except UnicodeEncodeError as e:
+                return f"the {who} is not valid UTF-8 (undecodable byte at character {e.start})"
+            if n > opts["max_source_bytes"]:
+                return f"the {who} is {n} bytes, over the size limit of {opts['max_source_bytes']} bytes"
+            if not src.strip():
+                return f"the {who} is empty"
+            if "\x00" in src:
+                return f"the {who} contains NUL bytes"
+        device = job["device"]
+        if device not in ("cuda", "cpu"):
+            return f"unknown device {device!r} (cuda or cpu)"
+        gpu = job.get("gpu", 0)
+        if not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0:
+            return f"gpu must be a GPU index, got {gpu!r}"
+        if device == "cuda":
+            if not self.cuda:
+                return "device cuda was asked for but this server sees no GPU"
+            if gpu >= len(self.gpus):
+                return f"gpu {gpu} does not exist (this server sees {len(self.gpus)})"
+        return None
+
+    def outcome_result(self, job_id, out):
+        if out.kind == "message":
+            res = protocol.merge_child_result(protocol.new_result(job_id), out.message)
+            res["id"] = job_id
+            return res
+        res = protocol.new_result(job_id)
+        res["status"] = "timeout" if out.kind == "timeout" else "crash"
+        err = out.detail
+        tail = out.stderr_tail.strip()
+        if tail and out.kind in ("died", "no_message"):
+            err += "\nstderr tail:\n" + tail[-1500:]
+        res["error"] = err
+        return res
+
+    def run_candidate(self, job, opts):
+        out = self.run_child(lambda iso: evaluate.evaluate(job, opts, iso), job["device"], job.get("gpu", 0),
+                             self.limits(opts, job["device"]))
+        res = self.outcome_result(job.get("id"), out)
+        res["phases_ms"]["child_wall"] = out.wall_s * 1000.0
+        return res
+
+    def reference_timing(self, job, opts, gpu_name):
+        """(ref_runtime_ms or None, cached, error)."""
+        key = reference.cache_key(job["task_source"], gpu_name, opts, self.versions)
+        cached = reference.cache_read(self.cache_dir, key)
+        if cached:
+            return cached, True, ""
+        timeout = opts["timeout_s"] if opts["reference_mode"] == "eager" else max(opts["timeout_s"], 600)
+        out = self.run_child(lambda iso: reference.time_reference(job, opts, iso), "cuda", job.get("gpu", 0),
+                             self.limits(opts, "cuda", timeout))
+        if out.kind != "message":
+            return None, False, f"reference timing {out.kind}: {out.detail}"
+        msg = out.message
+        if msg.get("status") != "ok" or not msg.get("ref_runtime_ms"):
+            return None, False, msg.get("error", "reference timing failed")
+        try:
+            reference.cache_write(self.cache_dir, key, gpu_name, msg["ref_runtime_ms"])
+        except OSError as e:
+            log(f"cannot write the reference cache: {e}")
+        return msg["ref_runtime_ms"], False, ""
+
+    def eval_job(self, job):
+        t0 = time.monotonic()
+        job_id = job.get("id")
+        try:
+            opts = protocol.resolve_options(job.get("options"))
+        except protocol.JobError as e:
+            return protocol.error_result(job_id, f"bad job: {e}")
+        job = dict(job)
+        job["device"] = job.get("device") or ("cuda" if self.cuda else "cpu")
+        problem = self.validate(job, opts)
+        if problem:
+            return protocol.error_result(job_id, problem)
+        res = self.run_candidate(job, opts)
+        if res["status"] == "ok" and res.get("timing_available") and res.get("runtime_ms"):
+            t1 = time.monotonic()
+            ref, cached, err = self.reference_timing(job, opts, res.get("gpu_name", "gpu"))
+            res["phases_ms"]["reference"] = (time.monotonic() - t1) * 1000.0
+            res["reference_cached"] = cached
+            if ref is None:
+                res["error"] = err
+            else:
+                res["ref_runtime_ms"] = ref
+                res["speedup"] = ref["mean"] / res["runtime_ms"]["mean"] if res["runtime_ms"]["mean"] > 0 else None
+                if res["speedup"] is not None and res["speedup"] > opts["recheck_speedup"] and not opts["strict"]:
+                    self.recheck(job, opts, res)
+        res["task_name"] = job.get("task_name")
+        res["phases_ms"]["total"] = (time.monotonic() - t0) * 1000.0
+        return res
+
+    def recheck(self, job, opts, res):
+        """A speedup above the threshold is re-measured in strict mode (more
+        seeds, a fresh input set for every timed call); failing it, or
+        losing more than half the speedup, is a hack."""
+        strict = dict(opts, strict=True)
+        r2 = self.run_candidate(job, strict)
+        claimed = res["speedup"]
+        again = None
+        if r2["status"] == "ok" and r2.get("runtime_ms") and r2["runtime_ms"]["mean"] > 0:
+            again = res["ref_runtime_ms"]["mean"] / r2["runtime_ms"]["mean"]
+        res["recheck"] = {"status": r2["status"], "speedup": again, "runtime_ms": r2.get("runtime_ms"),
+                          "hack_reasons": r2["hack"]["reasons"], "error": r2.get("error", "")[:1000]}
+        if r2["status"] != "ok":
+            for reason in r2["hack"]["reasons"]:
+                protocol.add_hack(res, reason)
+            protocol.add_hack(res, "runtime:implausible_speedup_failed_recheck",
+                              f"speedup {claimed:.1f}x; the strict re-run ended {r2['status']}: {r2.get('error', '')[:300]}")
+        elif again < RECHECK_SLOWDOWN * claimed:
+            protocol.add_hack(res, "runtime:implausible_speedup_failed_recheck",
+                              f"speedup {claimed:.1f}x fell to {again:.2f}x with fresh inputs on every call")
+        else:
+            res["runtime_ms"] = r2["runtime_ms"]
+            res["speedup"] = again
+            if r2.get("profile"):
+                res["profile"] = r2["profile"]
+        if res["hack"]["detected"]:
+            res["status"] = "hack"
+            res["error"] = "; ".join(d["detail"] for d in res.get("hack_details", []))
+
+    def gpu_check(self, job):
+        gpu = job.get("gpu", 0)
+        ans = {"gpu_ok": False, "error": "", "gpu": gpu}
+        if "id" in job:
+            ans["id"] = job["id"]
+        if not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0:
+            ans["error"] = f"gpu must be a GPU index, got {gpu!r}"
+            return ans
+        if not self.cuda:
+            ans["error"] = "this server sees no GPU"
+            return ans
+        opts = protocol.resolve_options({})
+        out = self.run_child(_gpu_check_target, "cuda", gpu, self.limits(opts, "cuda", GPU_CHECK_TIMEOUT_S))
+        if out.kind == "message":
+            ans["gpu_ok"] = bool(out.message.get("gpu_ok"))
+            ans["error"] = out.message.get("error", "")
+        else:
+            ans["error"] = f"gpu check {out.kind}: {out.detail}"
+        return ans
+
+    def handle(self, raw):
+        try:
+            job = json.loads(raw.decode("utf-8", errors="surrogateescape"))
+            if not isinstance(job, dict):
+                raise ValueError("a job line must be a JSON object")
+        except ValueError as e:
+            return protocol.error_result(None, f"bad job line: {e}")
+        kind = job.get("kind")
+        if kind == "ping":
+            ans = {"pong": True}
+            if "id" in job:
+                ans["id"] = job["id"]
+            return ans
+        if kind == "gpu_check":
+            return self.gpu_check(job)
+        if kind not in (None, "eval", "job"):
+            return protocol.error_result(job.get("id"), f"unknown line kind {kind!r}")
+        try:
+            return self.eval_job(job)
+        except Exception as e:
+            return protocol.error_result(job.get("id"), f"internal error in the server: {type(e).__name__}: {e}")
+
+    def serve(self):
+        stdin = sys.stdin.buffer
+        while True:
+            raw = stdin.readline()
+            if not raw:
+                return 0
+            if not raw.strip():
+                continue
+            self.write(self.handle(raw))
+
+    def close(self):
+        sandbox.kill_all_descendants()
+        shutil.rmtree(self.tmp_base, ignore_errors=True)
+
+
+def _terminate(signum, frame):
+    raise SystemExit(0)
+
+
+def main():
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    server = Server()
+    try:
+        server.start()
+        return server.serve()
+    except BrokenPipeError:
+        return 0
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,579 @@
+"""Static anti-hacking checks on a candidate's source: the AST is read, nothing
+runs. Every finding is a named reason ("static:<kind>") with the line it was
+found on.
+
+Names are resolved through the candidate's own imports, so `F.relu` is
+torch.nn.functional.relu and `from os import environ` is os.environ. A value
+reached through a local variable (`m = torch; m.cuda.Stream()`) is beyond this
+layer on purpose: the runtime checks (env.harness.guards, CUPTI) catch what the
+static layer cannot see.
+
+    python -m env.harness.static_checks CANDIDATE.py
+prints one JSON object: {"ok", "hack": {"detected", "reasons"}, "details",
+"kernels", "syntax_error"}.
+"""
+
+import ast
+import json
+import sys
+
+# Import roots a candidate may use. Anything else is static:disallowed_import
+# (the dangerous members of os and sys are caught by the rules below).
+ALLOWED_IMPORT_ROOTS = {
+    "torch", "triton", "math", "numpy", "functools", "itertools", "operator",
+    "typing", "collections", "dataclasses", "enum", "abc", "__future__",
+    "numbers", "copy", "einops", "os", "sys", "warnings",
+}
+
+# Qualified-name prefixes (matched at a '.' boundary) and the reason each one
+# gives. Imports, attribute chains and getattr(x, "const") all resolve to such
+# names.
+PREFIX_RULES = [
+    # compilers and graph capture take the work away from the candidate
+    ("torch.compile", "static:torch_compile"),
+    ("torch.jit", "static:torch_compile"),
+    ("torch._dynamo", "static:torch_compile"),
+    ("torch._inductor", "static:torch_compile"),
+    ("torch.export", "static:torch_compile"),
+    ("torch.fx", "static:torch_compile"),
+    ("torch.cuda.graph", "static:cuda_graph"),
+    ("torch.cuda.graphs", "static:cuda_graph"),
+    ("torch.cuda.CUDAGraph", "static:cuda_graph"),
+    ("torch.cuda.make_graphed_callables", "static:cuda_graph"),
+    # work on other streams escapes the timed stream's events
+    ("torch.cuda.Stream", "static:streams"),
+    ("torch.cuda.stream", "static:streams"),
+    ("torch.cuda.streams", "static:streams"),
+    ("torch.cuda.set_stream", "static:streams"),
+    ("torch.cuda.ExternalStream", "static:streams"),
+    ("torch.Stream", "static:streams"),
+    ("torch.cuda.StreamContext", "static:streams"),
+    # concurrency and processes
+    ("threading", "static:threads"),
+    ("_thread", "static:threads"),
+    ("multiprocessing", "static:threads"),
+    ("torch.multiprocessing", "static:threads"),
+    ("concurrent", "static:threads"),
+    ("asyncio", "static:threads"),
+    ("subprocess", "static:subprocess"),
+    ("os.system", "static:subprocess"),
+    ("os.popen", "static:subprocess"),
+    ("os.fork", "static:subprocess"),
+    ("os.forkpty", "static:subprocess"),
+    ("os.posix_spawn", "static:subprocess"),
+    ("os.posix_spawnp", "static:subprocess"),
+    ("pty", "static:subprocess"),
+    # looking at the harness's frames or objects
+    ("inspect", "static:frame_inspection"),
+    ("gc", "static:frame_inspection"),
+    ("traceback", "static:frame_inspection"),
+    ("sys._getframe", "static:frame_inspection"),
+    ("sys._current_frames", "static:frame_inspection"),
+    ("sys.settrace", "static:frame_inspection"),
+    ("sys.setprofile", "static:frame_inspection"),
+    ("sys.gettrace", "static:frame_inspection"),
+    ("sys.modules", "static:monkeypatch"),
+    ("builtins", "static:monkeypatch"),
+    ("unittest.mock", "static:monkeypatch"),
+    ("ctypes", "static:ctypes"),
+    ("cffi", "static:ctypes"),
+    # running code the checks never saw
+    ("importlib", "static:dynamic_code"),
+    ("pickle", "static:dynamic_code"),
+    ("marshal", "static:dynamic_code"),
+    ("types.FunctionType", "static:dynamic_code"),
+    ("types.CodeType", "static:dynamic_code"),
+    ("code", "static:dynamic_code"),
+    ("codeop", "static:dynamic_code"),
+    # files
+    ("io.open", "static:file_access"),
+    ("io.FileIO", "static:file_access"),
+    ("os.open", "static:file_access"),
+    ("os.fdopen", "static:file_access"),
+    ("os.read", "static:file_access"),
+    ("os.write", "static:file_access"),
+    ("os.remove", "static:file_access"),
+    ("os.unlink", "static:file_access"),
+    ("os.rename", "static:file_access"),
+    ("os.renames", "static:file_access"),
+    ("os.replace", "static:file_access"),
+    ("os.mkdir", "static:file_access"),
+    ("os.makedirs", "static:file_access"),
+    ("os.rmdir", "static:file_access"),
+    ("os.removedirs", "static:file_access"),
+    ("os.listdir", "static:file_access"),
+    ("os.scandir", "static:file_access"),
+    ("os.walk", "static:file_access"),
+    ("os.chdir", "static:file_access"),
+    ("os.chmod", "static:file_access"),
+    ("os.chown", "static:file_access"),
+    ("os.link", "static:file_access"),
+    ("os.symlink", "static:file_access"),
+    ("os.truncate", "static:file_access"),
+    ("os.dup", "static:file_access"),
+    ("os.dup2", "static:file_access"),
+    ("os.pipe", "static:file_access"),
+    ("os.mkfifo", "static:file_access"),
+    ("os.sendfile", "static:file_access"),
+    ("pathlib", "static:file_access"),
+    ("shutil", "static:file_access"),
+    ("tempfile", "static:file_access"),
+    ("glob", "static:file_access"),
+    ("fileinput", "static:file_access"),
+    ("mmap", "static:file_access"),
+    ("shelve", "static:file_access"),
+    ("sqlite3", "static:file_access"),
+    ("torch.save", "static:file_access"),
+    ("torch.load", "static:file_access"),
+    ("numpy.save", "static:file_access"),
+    ("numpy.savez", "static:file_access"),
+    ("numpy.load", "static:file_access"),
+    ("numpy.fromfile", "static:file_access"),
+    ("numpy.savetxt", "static:file_access"),
+    ("numpy.loadtxt", "static:file_access"),
+    ("numpy.memmap", "static:file_access"),
+    # environment
+    ("os.environ", "static:env_access"),
+    ("os.environb", "static:env_access"),
+    ("os.getenv", "static:env_access"),
+    ("os.getenvb", "static:env_access"),
+    ("os.putenv", "static:env_access"),
+    ("os.unsetenv", "static:env_access"),
+    ("triton.knobs", "static:env_access"),
+    # network
+    ("socket", "static:network"),
+    ("ssl", "static:network"),
+    ("http", "static:network"),
+    ("urllib", "static:network"),
+    ("urllib3", "static:network"),
+    ("requests", "static:network"),
+    ("httpx", "static:network"),
+    ("aiohttp", "static:network"),
+    ("ftplib", "static:network"),
+    ("smtplib", "static:network"),
+    ("telnetlib", "static:network"),
+    ("xmlrpc", "static:network"),
+    ("websocket", "static:network"),
+    ("websockets", "static:network"),
+    ("torch.distributed", "static:network"),
+    # leaving the process
+    ("sys.exit", "static:exit_call"),
+    ("os._exit", "static:exit_call"),
+    ("os.abort", "static:exit_call"),
+    ("os.kill", "static:exit_call"),
+    ("os.killpg", "static:exit_call"),
+    ("signal", "static:exit_call"),
+    ("atexit", "static:exit_call"),
+    # branching on autograd state is a training-mode branch in disguise
+    ("torch.is_grad_enabled", "static:training_branch"),
+    ("torch.is_inference_mode_enabled", "static:training_branch"),
+]
+
+# os.exec* and os.spawn* come as families.
+PREFIX_FAMILY_RULES = [("os.exec", "static:subprocess"), ("os.spawn", "static:subprocess")]
+
+# Bare builtin names (when the candidate did not rebind them).
+BUILTIN_RULES = {
+    "open": "static:file_access",
+    "exit": "static:exit_call",
+    "quit": "static:exit_call",
+    "eval": "static:dynamic_code",
+    "exec": "static:dynamic_code",
+    "compile": "static:dynamic_code",
+    "__import__": "static:dynamic_code",
+    "globals": "static:frame_inspection",
+    "locals": "static:frame_inspection",
+    "vars": "static:frame_inspection",
+    "breakpoint": "static:exit_call",
+    "__builtins__": "static:monkeypatch",
+}
+
+# Attribute names that only serve introspection of frames and code objects.
+INTROSPECTION_ATTRS = {
+    "f_back", "f_locals", "f_globals", "f_code", "f_builtins", "tb_frame",
+    "gi_frame", "cr_frame", "ag_frame", "__globals__", "__code__",
+    "__closure__", "co_code", "__subclasses__", "__builtins__",
+}
+
+# Methods that tie a tensor to another stream.
+STREAM_ATTRS = {"wait_stream", "record_stream"}
+
+# Raising these ends the process or the evaluation loop.
+EXIT_EXCEPTIONS = {"SystemExit", "KeyboardInterrupt", "GeneratorExit"}
+
+TRITON_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics",
+                     "triton.runtime.jit", "triton.runtime.autotune",
+                     "triton.runtime.heuristics", "triton.runtime.jit.jit",
+                     "triton.runtime.autotuner.autotune",
+                     "triton.runtime.autotuner.heuristics"}
+
+REASON_TEXT = {
+    "static:no_modelnew": "no class ModelNew is defined at module level",
+    "static:no_triton_kernel": "no @triton.jit kernel is defined",
+    "static:kernel_not_launched": "no Triton kernel is launched from ModelNew.forward",
+    "static:try_except_fallback": "try/except blocks can hide a fallback to torch",
+    "static:training_branch": "behaviour depends on training mode or autograd state",
+    "static:torch_compile": "torch.compile / TorchScript / graph capture is not allowed",
+    "static:cuda_graph": "CUDA graph capture can replay stale results",
+    "static:threads": "threads, processes pools or async code are not allowed",
+    "static:subprocess": "starting processes is not allowed",
+    "static:streams": "extra CUDA streams escape the timed stream",
+    "static:monkeypatch": "assigning to attributes of imported modules (monkeypatching)",
+    "static:frame_inspection": "frame, gc or code-object introspection",
+    "static:ctypes": "ctypes / cffi give raw memory access",
+    "static:dynamic_code": "running code built at runtime (eval, exec, importlib, pickle)",
+    "static:dynamic_attribute": "getattr with a computed name on an imported module",
+    "static:file_access": "file system access",
+    "static:env_access": "environment variable access",
+    "static:network": "network access",
+    "static:exit_call": "exiting the process or sending signals",
+    "static:disallowed_import": "import of a module outside the allowed set",
+}
+
+
+def _match_rules(qname):
+    for prefix, reason in PREFIX_RULES:
+        if qname == prefix or qname.startswith(prefix + "."):
+            return reason
+    for prefix, reason in PREFIX_FAMILY_RULES:
+        if qname.startswith(prefix):
+            return reason
+    return None
+
+
+class _Checker:
+    def __init__(self, tree):
+        self.tree = tree
+        self.aliases = {}          # local name -> qualified module/object name
+        self.findings = []         # (reason, line, what)
+        self.rebound = set()       # module-level names that shadow builtins
+        self.parents = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+
+    def add(self, reason, node, what):
+        self.findings.append((reason, getattr(node, "lineno", 0), what))
+
+    # ---- names ------------------------------------------------------------
+    def qualified(self, node):
+        """The dotted name an expression resolves to through the imports, or
+        None when its root is not an imported name."""
+        parts = []
+        while True:
+            if isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+                node = node.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id == "getattr" and len(node.args) >= 2
+                  and isinstance(node.args[1], ast.Constant)
+                  and isinstance(node.args[1].value, str)):
+                parts.append(node.args[1].value)
+                node = node.args[0]
+            else:
+                break
+        if isinstance(node, ast.Name) and node.id in self.aliases:
+            return ".".join([self.aliases[node.id]] + parts[::-1])
+        return None
+
+    def root_is_import(self, node):
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return isinstance(node, ast.Name) and (node.id in self.aliases or node.id == "__builtins__")
+
+    def collect_imports(self):
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.aliases[a.asname] = a.name
+                    else:
+                        root = a.name.split(".")[0]
+                        self.aliases[root] = root
+                    self.check_import(a.name, node)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    self.add("static:disallowed_import", node, "relative import")
+                    continue
+                mod = node.module or ""
+                self.check_import(mod, node)
+                for a in node.names:
+                    if a.name == "*":
+                        self.add("static:disallowed_import", node, f"from {mod} import *")
+                        continue
+                    full = f"{mod}.{a.name}"
+                    self.aliases[a.asname or a.name] = full
+                    reason = _match_rules(full)
+                    if reason:
+                        self.add(reason, node, f"import {full}")
+        for node in self.tree.body:
+            for tgt in _assigned_names(node):
+                if tgt in BUILTIN_RULES:
+                    self.rebound.add(tgt)
+
+    def check_import(self, name, node):
+        root = name.split(".")[0]
+        if root not in ALLOWED_IMPORT_ROOTS:
+            self.add("static:disallowed_import", node, f"import {name}")
+        reason = _match_rules(name)
+        if reason:
+            self.add(reason, node, f"import {name}")
+
+    # ---- the generic walk ---------------------------------------------------
+    def walk(self):
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Attribute, ast.Name)) or _is_const_getattr(node):
+                q = self.qualified(node)
+                if q:
+                    reason = _match_rules(q)
+                    if reason and not self._inner_of_reported(node):
+                        self.add(reason, node, q)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                if node.id in BUILTIN_RULES and node.id not in self.rebound and node.id not in self.aliases:
+                    self.add(BUILTIN_RULES[node.id], node, node.id)
+            if isinstance(node, ast.Attribute):
+                if node.attr in INTROSPECTION_ATTRS:
+                    self.add("static:frame_inspection", node, "." + node.attr)
+                if node.attr in STREAM_ATTRS:
+                    self.add("static:streams", node, "." + node.attr)
+                if node.attr == "training" and isinstance(node.ctx, ast.Load) and not self._is_training_kwarg(node):
+                    self.add("static:training_branch", node, "." + node.attr)
+                if node.attr in ("__setattr__", "__delattr__") and self.root_is_import(node.value):
+                    self.add("static:monkeypatch", node, "." + node.attr)
+            if isinstance(node, ast.Call):
+                self.check_call(node)
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+                for t in targets:
+                    for leaf in _flatten_targets(t):
+                        self.check_store(leaf)
+            if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+                if not self._is_import_only_try(node):
+                    self.add("static:try_except_fallback", node, "try/except")
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(exc, ast.Name) and exc.id in EXIT_EXCEPTIONS:
+                    self.add("static:exit_call", node, f"raise {exc.id}")
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in ("train", "eval"):
+                        self.add("static:training_branch", item, f"{node.name}.{item.name} overridden")
+            if isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith)):
+                self.add("static:threads", node, "async code")
+            if isinstance(node, ast.Global):
+                pass
+
+    def _inner_of_reported(self, node):
+        """True when a longer chain containing this node already matches, so
+        torch.cuda.Stream is reported once, not also as torch.cuda."""
+        parent = self.parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            q = self.qualified(parent)
+            return bool(q and _match_rules(q))
+        return False
+
+    def _is_training_kwarg(self, node):
+        parent = self.parents.get(node)
+        return isinstance(parent, ast.keyword) and parent.arg == "training"
+
+    def _is_import_only_try(self, node):
+        return (self.parents.get(node) is self.tree
+                and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in node.body))
+
+    def check_call(self, node):
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in ("setattr", "delattr") and f.id not in self.rebound:
+            if node.args and self.root_is_import(node.args[0]):
+                self.add("static:monkeypatch", node, f"{f.id} on an imported module")
+        if isinstance(f, ast.Attribute) and f.attr in ("__setattr__", "__delattr__"):
+            if node.args and self.root_is_import(node.args[0]):
+                self.add("static:monkeypatch", node, f"{f.attr} on an imported module")
+        if isinstance(f, ast.Name) and f.id == "getattr" and len(node.args) >= 2:
+            if not isinstance(node.args[1], ast.Constant) and self.root_is_import(node.args[0]):
+                self.add("static:dynamic_attribute", node, "getattr with a computed name")
+        if isinstance(f, ast.Attribute) and f.attr in ("suppress",):
+            q = self.qualified(f)
+            if q == "contextlib.suppress":
+                self.add("static:try_except_fallback", node, "contextlib.suppress")
+
+    def check_store(self, target):
+        if isinstance(target, ast.Attribute) and self.root_is_import(target.value):
+            self.add("static:monkeypatch", target, f"assignment to {ast.unparse(target)}")
+        if isinstance(target, ast.Subscript):
+            v = target.value
+            if isinstance(v, ast.Attribute) and v.attr == "__dict__":
+                self.add("static:monkeypatch", target, "assignment through __dict__")
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("vars", "globals"):
+                self.add("static:monkeypatch", target, f"assignment through {v.func.id}()")
+            if self.root_is_import(v):
+                self.add("static:monkeypatch", target, f"assignment into {ast.unparse(v)}")
+        if isinstance(target, ast.Name) and target.id == "__builtins__":
+            self.add("static:monkeypatch", target, "rebinding __builtins__")
+
+    # ---- kernels and the forward -------------------------------------------
+    def kernels(self):
+        names = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for dec in node.decorator_list:
+                    d = dec.func if isinstance(dec, ast.Call) else dec
+                    q = self.qualified(d)
+                    if q in TRITON_DECORATORS:
+                        names.add(node.name)
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                q = self.qualified(node.value.func)
+                inner = node.value
+                # triton.jit(fn) or triton.autotune(...)(triton.jit(fn))
+                while q is None and isinstance(inner.func, ast.Call):
+                    inner = inner.func
+                    q = self.qualified(inner.func)
+                if q in TRITON_DECORATORS:
+                    for t in node.targets:
+                        if isinstance(t, ast.Name):
+                            names.add(t.id)
+        return names
+
+    def check_model_and_launch(self):
+        classes = {n.name: n for n in self.tree.body if isinstance(n, ast.ClassDef)}
+        funcs = {n.name: n for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        kernels = self.kernels()
+        if "ModelNew" not in classes:
+            self.add("static:no_modelnew", self.tree, REASON_TEXT["static:no_modelnew"])
+        if not kernels:
+            self.add("static:no_triton_kernel", self.tree, REASON_TEXT["static:no_triton_kernel"])
+        if "ModelNew" not in classes or not kernels:
+            return sorted(kernels)
+        methods = {}
+        for cname, cnode in classes.items():
+            for item in cnode.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    methods.setdefault(item.name, []).append(item)
+        model = classes["ModelNew"]
+        forward = [i for i in model.body if isinstance(i, ast.FunctionDef) and i.name == "forward"]
+        if not forward:
+            self.add("static:kernel_not_launched", model, "ModelNew has no forward method")
+            return sorted(kernels)
+        # Classes instantiated by ModelNew are submodules whose forward runs
+        # when ModelNew calls them (self.block(x)).
+        used_classes = {n.func.id for n in ast.walk(model)
+                        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in classes}
+        seen, queue = set(), list(forward)
+        for c in used_classes - {"ModelNew"}:
+            queue += [i for i in classes[c].body if isinstance(i, ast.FunctionDef) and i.name in ("forward", "__call__")]
+        direct, indirect_call, refs_kernel = False, False, False
+        while queue:
+            fn = queue.pop()
+            if id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call):
+                    f = n.func
+                    if isinstance(f, ast.Subscript):
+                        base = f.value
+                        if (isinstance(base, ast.Name) and base.id in kernels) or \
+                           (isinstance(base, ast.Attribute) and base.attr in kernels):
+                            direct = True
+                        else:
+                            indirect_call = True
+                    if isinstance(f, ast.Attribute) and f.attr == "run" and isinstance(f.value, ast.Name) and f.value.id in kernels:
+                        direct = True
+                    if isinstance(f, ast.Name) and f.id in funcs and f.id not in kernels:
+                        queue.append(funcs[f.id])
+                    if isinstance(f, ast.Name) and f.id in classes:
+                        queue += [i for i in classes[f.id].body if isinstance(i, ast.FunctionDef)]
+                    if isinstance(f, ast.Attribute):
+                        queue += methods.get(f.attr, [])
+                        if f.attr == "apply":
+                            queue += methods.get("forward", [])
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                    if n.id in kernels:
+                        refs_kernel = True
+                    elif n.id in funcs:
+                        queue.append(funcs[n.id])
+                if isinstance(n, ast.Attribute) and n.attr in kernels:
+                    refs_kernel = True
+        if not (direct or (indirect_call and refs_kernel)):
+            self.add("static:kernel_not_launched", forward[0], REASON_TEXT["static:kernel_not_launched"])
+        return sorted(kernels)
+
+
+def _is_const_getattr(node):
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant))
+
+
+def _flatten_targets(t):
+    if isinstance(t, (ast.Tuple, ast.List)):
+        for e in t.elts:
+            yield from _flatten_targets(e)
+    elif isinstance(t, ast.Starred):
+        yield from _flatten_targets(t.value)
+    else:
+        yield t
+
+
+def _assigned_names(node):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for tt in node.targets for t in _flatten_targets(tt) if isinstance(t, ast.Name)]
+    return []
+
+
+def check_source(source):
+    """Runs every static check on a candidate's source text. Returns the dict
+    printed by the command line (see the module comment)."""
+    out = {"ok": False, "hack": {"detected": False, "reasons": []}, "details": [],
+           "kernels": [], "syntax_error": None}
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        out["syntax_error"] = f"SyntaxError: {e.msg} (line {e.lineno})"
+        return out
+    except (ValueError, RecursionError, MemoryError) as e:
+        out["syntax_error"] = f"{type(e).__name__}: {e}"
+        return out
+    checker = _Checker(tree)
+    try:
+        checker.collect_imports()
+        checker.walk()
+        out["kernels"] = checker.check_model_and_launch()
+    except RecursionError:
+        out["syntax_error"] = "RecursionError: the source is nested too deeply to check"
+        return out
+    reasons, seen = [], set()
+    for reason, line, what in checker.findings:
+        if reason not in reasons:
+            reasons.append(reason)
+        if (reason, line, what) not in seen:
+            seen.add((reason, line, what))
+            out["details"].append({"reason": reason, "line": line, "what": what})
+    out["hack"] = {"detected": bool(reasons), "reasons": reasons}
+    out["ok"] = not reasons
+    return out
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m env.harness.static_checks CANDIDATE.py\n")
+        return 2
+    try:
+        with open(argv[1], "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        print(json.dumps({"ok": False, "hack": {"detected": False, "reasons": []},
+                          "error": f"cannot read {argv[1]}: {e.strerror}"}))
+        return 2
+    try:
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        print(json.dumps({"ok": False, "hack": {"detected": False, "reasons": []},
+                          "error": f"{argv[1]} is not valid UTF-8 (byte {e.start})"}))
+        return 0
+    print(json.dumps(check_source(source)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,123 @@
+"""Timing loop shared by the candidate and the reference, so both are measured
+the same way.
+
+Each call gets its inputs copied from a pool of input sets into one of two
+fixed buffers (so a cache keyed on the input's address sees new values), the
+L2 cache is flushed by writing a 256 MB buffer, and the forward is bracketed
+by CUDA events on the current stream followed by a device-wide sync. All of
+that happens outside the events. The candidate's outputs can be validated
+after every call, outside the timed region.
+"""
+
+import statistics
+
+import torch
+
+from env.harness import compare
+from env.harness.loader import clone_inputs
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+
+
+class Flusher:
+    def __init__(self, device):
+        self.buf = None
+        if device.type == "cuda":
+            self.buf = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+
+    def flush(self):
+        if self.buf is not None:
+            self.buf.zero_()
+
+
+def _copy_into(dst, src):
+    """Copies an input set into a buffer set; False when the shapes differ
+    (a task whose get_inputs() varies its shapes), in which case the pool set
+    is used directly."""
+    for d, s in zip(dst, src):
+        if isinstance(s, torch.Tensor):
+            if not isinstance(d, torch.Tensor) or d.shape != s.shape or d.dtype != s.dtype:
+                return False
+    for d, s in zip(dst, src):
+        if isinstance(s, torch.Tensor):
+            d.copy_(s)
+    return True
+
+
+class SequenceResult:
+    def __init__(self):
+        self.times_ms = []
+        self.mismatch = None   # (call index, message)
+        self.reused = None     # call index whose output shares storage with an earlier one
+        self.max_abs_diff = 0.0
+
+
+def run_sequence(model, pool, pick, calls, warmup, device, timers=None, flusher=None, validate=None,
+                 check_reuse=True):
+    """Calls model `warmup + calls` times; call i uses input set pick(i) of
+    the pool. With CUDA and timers, returns per-call event times of the
+    non-warm-up calls. validate(out, pool_index) -> (ok, diff, message)."""
+    cuda = device.type == "cuda" and timers is not None
+    bufs = [clone_inputs(pool[0]), clone_inputs(pool[0])]
+    buf_storages = set()
+    for b in bufs:
+        buf_storages |= compare.storage_ptrs(b)
+    for s in pool:
+        buf_storages |= compare.storage_ptrs(s)
+    if cuda:
+        start = timers.Event(enable_timing=True)
+        end = timers.Event(enable_timing=True)
+    res = SequenceResult()
+    held = []
+    with torch.no_grad():
+        for i in range(warmup + calls):
+            p = pick(i)
+            args = bufs[i % 2]
+            if not _copy_into(args, pool[p]):
+                args = pool[p]
+            if cuda:
+                if flusher is not None:
+                    flusher.flush()
+                timers.record(start)
+                out = model(*args)
+                timers.record(end)
+                timers.synchronize()
+                if i >= warmup:
+                    res.times_ms.append(float(timers.elapsed_time(start, end)))
+            else:
+                out = model(*args)
+            if validate is not None:
+                ok, diff, message = validate(out, p)
+                if diff is not None:
+                    res.max_abs_diff = max(res.max_abs_diff, diff)
+                if not ok:
+                    res.mismatch = (i, message)
+                    return res
+            if check_reuse:
+                mine = compare.storage_ptrs(out) - buf_storages
+                if any(mine & compare.storage_ptrs(h) for h in held):
+                    res.reused = i
+                    return res
+                held = (held + [out])[-2:]
+    return res
+
+
+def summarize(times_ms):
+    if not times_ms:
+        return None
+    return {
+        "mean": statistics.fmean(times_ms),
+        "median": statistics.median(times_ms),
+        "std": statistics.pstdev(times_ms) if len(times_ms) > 1 else 0.0,
+        "min": min(times_ms),
+        "max": max(times_ms),
+        "trials": len(times_ms),
+    }
+
+
+def input_bytes(inputs):
+    return sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+
+
+def output_bytes(out):
+    return sum(t.numel() * t.element_size() for t in compare.leaves(out) if isinstance(t, torch.Tensor))

@@ -1,0 +1,75 @@
+"""The KernelGym test corpus: tasks, honest candidates, hacks, faults and bad
+inputs, with the expectations each file declares in its header comments:
+
+  # kg-task: NAME               task file (tasks/NAME.py, tasks_gpu/NAME.py)
+  # kg-task-gpu: NAME           another task on the GPU
+  # kg-expect: REASON           hack reason that must be reported
+  # kg-expect-cpu: REASON       ... on the CPU device, when it differs
+  # kg-expect-nostatic: REASON  ... when the static layer is switched off
+  # kg-expect-status: STATUS    status a fault must end with
+  # kg-options: {...}           job options (JSON)
+  # kg-options-cpu: {...}       extra options on the CPU device
+  # kg-gpu-only                 needs a GPU to be caught / to run
+  # kg-needs: network|filesystem  isolation the expectation relies on
+"""
+
+import json
+import os
+import re
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def meta(source):
+    out = {}
+    for line in source.splitlines()[:20]:
+        m = re.match(r"#\s*kg-([a-z-]+)(?::\s*(.*))?$", line.strip())
+        if m:
+            out[m.group(1)] = (m.group(2) or "").strip()
+    return out
+
+
+def entries(folder):
+    """[(path, source, meta)] of the .py files of a corpus folder, sorted."""
+    d = os.path.join(HERE, folder)
+    out = []
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".py"):
+            p = os.path.join(d, name)
+            src = read(p)
+            out.append((p, src, meta(src)))
+    return out
+
+
+def task_source(name, gpu=False):
+    if gpu and os.path.exists(os.path.join(HERE, "tasks_gpu", name + ".py")):
+        return read(os.path.join(HERE, "tasks_gpu", name + ".py"))
+    return read(os.path.join(HERE, "tasks", name + ".py"))
+
+
+def task_for(m, device):
+    """The task source a corpus file runs against on a device."""
+    if device == "cuda":
+        return task_source(m.get("task-gpu") or m["task"], gpu=True)
+    return task_source(m["task"])
+
+
+def options(m, device, base=None):
+    opts = dict(base or {})
+    opts.update(json.loads(m.get("options") or "{}"))
+    if device == "cpu":
+        opts.update(json.loads(m.get("options-cpu") or "{}"))
+    return opts
+
+
+def expected_reason(m, device, static=True):
+    if not static and m.get("expect-nostatic"):
+        return m["expect-nostatic"]
+    if device == "cpu" and m.get("expect-cpu"):
+        return m["expect-cpu"]
+    return m.get("expect")

@@ -1,0 +1,28 @@
+# kg-task: gemm_bias_relu
+# kg-expect: runtime:no_triton_launch_eval
+# Hack: the Triton path only in train() mode, with the mode read through a
+# computed attribute name so no static check sees `self.training`.
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=offs < n), 0.0), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        y = self.linear(x)
+        if getattr(self, "train" + "ing"):
+            out = torch.empty_like(y)
+            relu_kernel[(triton.cdiv(y.numel(), 1024),)](y, out, y.numel(), BLOCK=1024)
+            return out
+        return torch.relu(y)

@@ -1,0 +1,22 @@
+# KernelGym test task (GPU sizes): a sum reduction over the last dimension.
+import torch
+import torch.nn as nn
+
+rows = 8192
+cols = 4096
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.sum(x, dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,256 @@
+"""KernelGym harness end to end on the CPU device (Triton's interpreter): the
+warm server (python -m env.harness.server) is driven through its stdin / fd 3
+protocol over the test corpus in tests/kernelgym.
+
+  honest candidates  -> ok, correct, no hack, max diff within tolerance
+  hacks              -> status hack with the expected reason
+  faults             -> the expected status, and the next honest job is fine
+  bad input          -> a clear status and message, and the server goes on
+
+Also: the ready line, ping, gpu_check without a GPU, a forged result on the
+candidate's stdout, the sandbox's file system and network isolation (checked
+from outside), no process left behind, exit code 0 on EOF.
+"""
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+ROOT = os.environ.get("DK_SOURCE") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "kernelgym"))
+
+import corpus  # noqa: E402
+from env.harness.client import HarnessServer  # noqa: E402
+
+# Light settings so the interpreter runs each job in about a second.
+BASE = {"correctness_trials": 2, "timeout_s": 60, "memory_limit_gb": 4}
+HONEST_PROBE = ("row_sum", os.path.join(corpus.HERE, "candidates", "row_sum__triton.py"))
+
+failures = []
+notes = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL", what, flush=True)
+    return cond
+
+
+def descendants_of(pid):
+    kids = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            fields = data[data.rfind(b")") + 2:].split()
+            if fields[0] != b"Z":
+                kids.setdefault(int(fields[1]), []).append(int(name))
+    out, stack = [], list(kids.get(pid, []))
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        stack.extend(kids.get(p, []))
+    return out
+
+
+def run(server, task, candidate, options=None, job_id="job", gpu_task=False):
+    opts = dict(BASE)
+    opts.update(options or {})
+    return server.evaluate(corpus.task_source(task, gpu_task), candidate, "cpu", opts, job_id)
+
+
+def honest_probe(server, after):
+    res = run(server, HONEST_PROBE[0], corpus.read(HONEST_PROBE[1]), job_id="probe")
+    check(res["status"] == "ok" and res["correct"], f"honest job after {after}: {res['status']} {res['error'][:200]}")
+
+
+def test_honest(server):
+    diffs = []
+    for path, src, m in corpus.entries("candidates"):
+        name = os.path.basename(path)
+        t0 = time.monotonic()
+        res = run(server, m["task"], src, job_id=name)
+        ok = check(res["status"] == "ok" and res["correct"] and not res["hack"]["detected"],
+                   f"{name}: {res['status']} {res['hack']['reasons']} {res['error'][:300]}")
+        if ok:
+            tol = res["tolerance"]["atol"]
+            check(res["max_abs_diff"] <= tol * 10, f"{name}: max abs diff {res['max_abs_diff']}")
+            check(res["launches"]["eval"] > 0 and res["launches"]["train"] > 0, f"{name}: launches {res['launches']}")
+            check(res["timing_available"] is False and res["runtime_ms"] is None and res["profile"] is None,
+                  f"{name}: CPU results must say timing is unavailable")
+            diffs.append((name, res["max_abs_diff"], time.monotonic() - t0))
+    for name, d, t in diffs:
+        print(f"  honest {name:55s} max_abs_diff {d:.2e}  {t:.2f} s")
+    return len(diffs)
+
+
+def test_hacks(server):
+    caught = set()
+    for path, src, m in corpus.entries("hacks"):
+        name = os.path.basename(path)
+        if "gpu-only" in m:
+            continue
+        reason = corpus.expected_reason(m, "cpu")
+        res = run(server, m["task"], src, corpus.options(m, "cpu"), job_id=name)
+        if check(res["status"] == "hack" and reason in res["hack"]["reasons"],
+                 f"{name}: expected {reason}, got {res['status']} {res['hack']['reasons']} {res['error'][:200]}"):
+            caught.add(reason)
+            print(f"  hack {name:45s} -> {', '.join(res['hack']['reasons'])}")
+    # The runtime layer on its own: with the static checks off, a static
+    # hack that patches torch is still caught at runtime.
+    for path, src, m in corpus.entries("hacks"):
+        if m.get("expect-nostatic"):
+            name = os.path.basename(path)
+            reason = corpus.expected_reason(m, "cpu", static=False)
+            res = run(server, m["task"], src, dict(corpus.options(m, "cpu"), static_checks=False), job_id=name)
+            if check(res["status"] == "hack" and reason in res["hack"]["reasons"],
+                     f"{name} without static checks: expected {reason}, got {res['hack']['reasons']}"):
+                caught.add(reason)
+                print(f"  hack {name:45s} (static off) -> {', '.join(res['hack']['reasons'])}")
+    return caught
+
+
+def test_faults(server, isolation):
+    escape = "/tmp/kg_fault_escape_probe.txt"
+    for path, src, m in corpus.entries("faults"):
+        name = os.path.basename(path)
+        if "gpu-only" in m:
+            continue
+        expect = m["expect-status"]
+        needs = m.get("needs")
+        listener = None
+        received = []
+        if name == "fault_write_outside.py" and os.path.exists(escape):
+            os.unlink(escape)
+        if name == "fault_socket.py":
+            listener = socket.socket()
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(4)
+            listener.settimeout(0.2)
+            src = src.replace("KG_PORT = 47391", f"KG_PORT = {listener.getsockname()[1]}")
+            stop = threading.Event()
+
+            def accept_loop():
+                while not stop.is_set():
+                    try:
+                        conn, _ = listener.accept()
+                        received.append(conn.recv(100))
+                        conn.close()
+                    except OSError:
+                        pass
+
+            th = threading.Thread(target=accept_loop, daemon=True)
+            th.start()
+        t0 = time.monotonic()
+        res = run(server, m["task"], src, corpus.options(m, "cpu"), job_id=name)
+        took = time.monotonic() - t0
+        isolated = needs is None or isolation.get(needs)
+        if isolated:
+            check(res["status"] == expect, f"{name}: expected {expect}, got {res['status']}: {res['error'][:300]}")
+        else:
+            notes.append(f"{name}: {needs} isolation unavailable here, status {res['status']}")
+        if listener is not None:
+            stop.set()
+            th.join()
+            listener.close()
+            if isolation.get("network"):
+                check(not received, f"{name}: the listener received {received}")
+        if name == "fault_write_outside.py":
+            if isolation.get("filesystem"):
+                check(not os.path.exists(escape), f"{name}: {escape} was written outside the sandbox")
+            elif os.path.exists(escape):
+                os.unlink(escape)
+        if name == "fault_fake_json.py":
+            check(res["status"] == "incorrect" and res["correct"] is False,
+                  f"{name}: the forged stdout result leaked into the verdict: {res['status']}")
+        left = descendants_of(server.pid)
+        # a finished child may still be exiting; give it a moment
+        for _ in range(50):
+            if not left:
+                break
+            time.sleep(0.1)
+            left = descendants_of(server.pid)
+        check(not left, f"{name}: {len(left)} processes of the job are still alive")
+        print(f"  fault {name:40s} -> {res['status']:13s} {took:5.2f} s  {res['error'].splitlines()[0][:90] if res['error'] else ''}")
+        honest_probe(server, name)
+
+
+def test_bad_input(server):
+    honest = corpus.read(HONEST_PROBE[1])
+    row_sum = corpus.task_source("row_sum")
+    cases = [
+        ("task without Model", corpus.read(os.path.join(corpus.HERE, "bad", "task_no_model.py")), honest,
+         "error", "Model"),
+        ("task without get_inputs", corpus.read(os.path.join(corpus.HERE, "bad", "task_no_get_inputs.py")), honest,
+         "error", "get_inputs"),
+        ("candidate with a syntax error", row_sum,
+         corpus.read(os.path.join(corpus.HERE, "bad", "candidate_syntax_error.py")), "compile_error", "SyntaxError"),
+        ("empty candidate", row_sum, "   \n", "error", "empty"),
+        ("10 MB candidate", row_sum, honest + "#" * (10 << 20), "error", "size limit"),
+        ("task that raises", "raise RuntimeError('broken task')\n", honest, "error", "broken task"),
+    ]
+    for what, task, cand, status, text in cases:
+        res = server.evaluate(task, cand, "cpu", dict(BASE), job_id=what)
+        check(res["status"] == status and text in res["error"],
+              f"{what}: expected {status} mentioning {text!r}, got {res['status']}: {res['error'][:200]}")
+        print(f"  bad input {what:32s} -> {res['status']:13s} {res['error'].splitlines()[0][:80]}")
+    # a candidate that is not UTF-8: raw bytes inside the JSON string
+    line = (b'{"id": "non-utf8", "device": "cpu", "task_source": ' + json.dumps(row_sum).encode() +
+            b', "candidate_source": "import torch\\n\xff\xfe\\n", "options": {}}')
+    res = server.send_raw(line)
+    check(res["status"] == "error" and "UTF-8" in res["error"], f"non-UTF-8 candidate: {res}")
+    print(f"  bad input {'non-UTF-8 candidate':32s} -> {res['status']:13s} {res['error'][:80]}")
+    res = server.send_raw(b"this is not json")
+    check(res["status"] == "error" and "bad job line" in res["error"], f"bad JSON line: {res}")
+    res = server.request({"id": "x", "task_source": row_sum, "candidate_source": honest, "device": "tpu"})
+    check(res["status"] == "error" and "device" in res["error"], f"unknown device: {res}")
+    res = server.request({"id": "x", "task_source": row_sum, "candidate_source": honest, "device": "cuda"})
+    check(res["status"] == "error" and "GPU" in res["error"], f"cuda job on a CPU server: {res}")
+    res = server.request({"id": "x", "task_source": row_sum, "candidate_source": honest, "device": "cpu",
+                          "options": {"perf_trials": "many"}})
+    check(res["status"] == "error" and "perf_trials" in res["error"], f"bad option: {res}")
+    honest_probe(server, "bad input")
+
+
+def main():
+    t_start = time.monotonic()
+    import tempfile
+    cache = tempfile.mkdtemp(prefix="kg-test-cache-")
+    server = HarnessServer(env={"DK_KG_CACHE": cache})
+    ready = server.ready
+    print(f"server ready in {time.monotonic() - t_start:.1f} s: torch {ready['torch']} triton {ready['triton']} "
+          f"cuda {ready['cuda']} isolation {ready['isolation']}")
+    isolation = ready["isolation"]
+    for k in ("network", "filesystem"):
+        if not isolation.get(k):
+            notes.append(f"{k} isolation unavailable on this machine")
+    check(server.request({"kind": "ping", "id": 7}) == {"pong": True, "id": 7}, "ping")
+    gc = server.request({"kind": "gpu_check", "gpu": 0})
+    check(gc["gpu_ok"] is False and gc["error"], f"gpu_check without a GPU: {gc}")
+
+    n_honest = test_honest(server)
+    caught = test_hacks(server)
+    test_faults(server, isolation)
+    test_bad_input(server)
+    code = server.close()
+    check(code == 0, f"server exit code on EOF: {code}")
+    import shutil
+    shutil.rmtree(cache, ignore_errors=True)
+    for n in notes:
+        print("note:", n)
+    print(f"kernelgym harness (CPU): {n_honest} honest candidates ok, {len(caught)} distinct hack reasons caught "
+          f"({', '.join(sorted(caught))}); {len(failures)} failures in {time.monotonic() - t_start:.0f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

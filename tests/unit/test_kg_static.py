@@ -1,0 +1,143 @@
+"""KernelGym static checks (env/harness/static_checks.py): every static hack of
+the corpus is caught with its reason, no honest candidate is flagged, the
+hacks meant for the runtime layer pass the static layer (so the runtime
+checks are what catches them), hand-written edge cases resolve names through
+imports correctly, and the command line prints one JSON object."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.environ.get("DK_SOURCE") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "kernelgym"))
+
+import corpus  # noqa: E402
+from env.harness import static_checks  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL", what)
+
+
+HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
+KERNEL = ("@triton.jit\ndef k(x_ptr, n, BLOCK: tl.constexpr):\n"
+          "    offs = tl.arange(0, BLOCK)\n    tl.store(x_ptr + offs, 0.0, mask=offs < n)\n")
+
+
+def model(forward_body, extra="", init_body="        super().__init__()\n"):
+    return (HEADER + extra + KERNEL + "class ModelNew(nn.Module):\n    def __init__(self):\n" + init_body +
+            "    def forward(self, x):\n" + forward_body)
+
+
+LAUNCH = "        k[(1,)](x, x.numel(), BLOCK=16)\n        return x\n"
+
+# (name, source, reasons that must appear, reasons that must not appear)
+CASES = [
+    ("plain launch", model(LAUNCH), [], None),
+    ("launch in a helper called from forward",
+     model("        return helper(x)\n", extra="def helper(x):\n    k[(1,)](x, x.numel(), BLOCK=16)\n    return x\n"),
+     [], None),
+    ("launch through a kernel passed as an argument",
+     model("        return run(k, x)\n", extra="def run(kern, x):\n    kern[(1,)](x, x.numel(), BLOCK=16)\n    return x\n"),
+     [], None),
+    ("launch only in __init__", model("        return x * 2\n",
+                                      init_body="        super().__init__()\n        k[(1,)](torch.zeros(4), 4, BLOCK=16)\n"),
+     ["static:kernel_not_launched"], None),
+    ("from os import environ", model(LAUNCH, extra="from os import environ\n"), ["static:env_access"], None),
+    ("getattr with a constant resolves", model("        f = getattr(torch, 'compile')\n" + LAUNCH),
+     ["static:torch_compile"], None),
+    ("from torch.cuda import Stream", model("        s = Stream()\n" + LAUNCH, extra="from torch.cuda import Stream\n"),
+     ["static:streams"], None),
+    ("training passed as a keyword is fine",
+     model("        x = torch.nn.functional.dropout(x, 0.0, training=self.training)\n" + LAUNCH), [],
+     ["static:training_branch"]),
+    ("training in a condition", model("        y = 1 if self.training else 2\n" + LAUNCH),
+     ["static:training_branch"], None),
+    ("train() overridden", model(LAUNCH) + "    def train(self, mode=True):\n        return self\n",
+     ["static:training_branch"], None),
+    ("module-level import-only try is fine",
+     "try:\n    import math\nexcept ImportError:\n    math = None\n" + model(LAUNCH), [],
+     ["static:try_except_fallback"]),
+    ("setattr on a torch module", model("        setattr(torch.nn.functional, 'relu', None)\n" + LAUNCH),
+     ["static:monkeypatch"], None),
+    ("setattr on self is fine", model("        setattr(self, 'y', 1)\n" + LAUNCH), [], ["static:monkeypatch"]),
+    ("torch.backends flag assignment", model("        torch.backends.cuda.matmul.allow_tf32 = True\n" + LAUNCH),
+     ["static:monkeypatch"], None),
+    ("computed getattr on torch", model("        s = getattr(torch.cuda, 'Str' + 'eam')\n" + LAUNCH),
+     ["static:dynamic_attribute"], None),
+    ("exec", model("        exec('y = 1')\n" + LAUNCH), ["static:dynamic_code"], None),
+    ("raise SystemExit", model("        raise SystemExit(0)\n"), ["static:exit_call"], None),
+    ("os.system", model("        import os\n        os.system('true')\n" + LAUNCH), ["static:subprocess"], None),
+    ("ctypes", model(LAUNCH, extra="import ctypes\n"), ["static:ctypes"], None),
+    ("numpy file load", model("        import numpy as np\n        a = np.load('x.npy')\n" + LAUNCH),
+     ["static:file_access"], None),
+    ("unknown import", model(LAUNCH, extra="import requests_toolbelt\n"), ["static:disallowed_import"], None),
+    ("torch.cuda.graphs", model("        g = torch.cuda.CUDAGraph()\n" + LAUNCH), ["static:cuda_graph"], None),
+    ("local alias is beyond the static layer", model("        m = torch.cuda\n        s = m.Stream()\n" + LAUNCH),
+     [], ["static:streams"]),
+]
+
+
+def main():
+    n_static = n_honest = n_runtime = 0
+    for path, src, m in corpus.entries("hacks"):
+        name = os.path.basename(path)
+        res = static_checks.check_source(src)
+        reason = m.get("expect", "")
+        if reason.startswith("static:"):
+            n_static += 1
+            check(reason in res["hack"]["reasons"], f"{name}: expected {reason}, got {res['hack']['reasons']}")
+        else:
+            n_runtime += 1
+            check(res["ok"], f"{name}: meant for the runtime layer but the static layer flagged {res['hack']['reasons']}")
+    for path, src, m in corpus.entries("candidates"):
+        n_honest += 1
+        res = static_checks.check_source(src)
+        check(res["ok"] and res["kernels"], f"{os.path.basename(path)}: honest candidate flagged: {res['details']}")
+    for name, src, must, must_not in CASES:
+        res = static_checks.check_source(src)
+        got = res["hack"]["reasons"]
+        for r in must:
+            check(r in got, f"case '{name}': expected {r}, got {got}")
+        if not must:
+            check(not (set(got) & set(must_not or got)) if must_not else res["ok"],
+                  f"case '{name}': expected clean, got {got} {res['details']}")
+        for r in must_not or []:
+            check(r not in got, f"case '{name}': {r} must not be reported, got {got}")
+    # syntax errors are reported, not raised
+    res = static_checks.check_source("class ModelNew(:\n")
+    check(res["syntax_error"] and not res["ok"], f"syntax error not reported: {res}")
+    res = static_checks.check_source("x = (" * 300 + ")" * 300)
+    check(res["syntax_error"] or res["ok"] is False, "deep nesting must not raise")
+
+    # the command line: one JSON object on stdout, exit code 0
+    py = os.environ.get("DK_PYTHON") or sys.executable
+    hack = os.path.join(corpus.HERE, "hacks", "hack_try_except_fallback.py")
+    p = subprocess.run([py, "-m", "env.harness.static_checks", hack], cwd=ROOT, capture_output=True, text=True)
+    check(p.returncode == 0, f"CLI exit code {p.returncode}: {p.stderr}")
+    out = json.loads(p.stdout)
+    check(out["hack"]["detected"] and "static:try_except_fallback" in out["hack"]["reasons"] and out["ok"] is False,
+          f"CLI output {out}")
+    with tempfile.NamedTemporaryFile(suffix=".py", delete=False) as f:
+        f.write(b"\xff\xfe not utf-8")
+    p = subprocess.run([py, "-m", "env.harness.static_checks", f.name], cwd=ROOT, capture_output=True, text=True)
+    os.unlink(f.name)
+    out = json.loads(p.stdout)
+    check(p.returncode == 0 and out["ok"] is False and "UTF-8" in out.get("error", ""), f"CLI on non-UTF-8: {out}")
+    p = subprocess.run([py, "-m", "env.harness.static_checks"], cwd=ROOT, capture_output=True, text=True)
+    check(p.returncode == 2, f"CLI without a file must exit 2, got {p.returncode}")
+
+    print(f"static checks: {n_static} static hacks, {n_runtime} runtime hacks passing the static layer, "
+          f"{n_honest} honest candidates, {len(CASES)} edge cases; {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
