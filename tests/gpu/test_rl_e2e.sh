@@ -16,7 +16,7 @@ rl=(configs/tiny.ini run.device=cuda model.path="$ck" kernelgym.device=cuda ckpt
 t0=$(date +%s)
 "$train" "${rl[@]}" run.dir="$tmp/rl" > "$tmp/rl.log" || { tail -30 "$tmp/rl.log"; exit 1; }
 echo "3 RL steps in $(( $(date +%s) - t0 )) s"
-grep "^step" "$tmp/rl.log"
+grep "^step " "$tmp/rl.log"
 # Resume: keep only the step-2 checkpoint and redo step 3.
 mkdir -p "$tmp/rl2/ckpt"
 cp -r "$tmp/rl/ckpt/step_00000002" "$tmp/rl2/ckpt/"
