@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
 #include "common/util.h"
 #include "data/chat.h"
 
@@ -74,35 +75,7 @@ void sft_dataset_free(sft_dataset *ds) {
     memset(ds, 0, sizeof *ds);
 }
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-/* A keyed permutation of [0, n) by a small Feistel network over the next
- * power of two, cycle-walking back into range: O(1) per index, no table. */
-static uint64_t permute(uint64_t i, uint64_t n, uint64_t key) {
-    int bits = 2;
-    while ((1ULL << bits) < n) bits++;
-    if (bits & 1) bits++;
-    const int half = bits / 2;
-    const uint64_t mask = (1ULL << half) - 1;
-    do {
-        uint64_t l = i >> half, r = i & mask;
-        for (int round = 0; round < 4; round++) {
-            uint64_t t = l ^ (mix64(r ^ key ^ ((uint64_t)round << 56)) & mask);
-            l = r;
-            r = t;
-        }
-        i = (l << half) | r;
-    } while (i >= n);
-    return i;
-}
-
 int sft_dataset_index(const sft_dataset *ds, uint64_t seed, long i) {
     long epoch = i / ds->n;
-    uint64_t key = mix64(seed ^ mix64((uint64_t)epoch + 1));
-    return (int)permute((uint64_t)(i % ds->n), (uint64_t)ds->n, key);
+    return (int)dk_permute((uint64_t)(i % ds->n), (uint64_t)ds->n, dk_key(seed, (uint64_t)epoch, 0, 0, 0));
 }

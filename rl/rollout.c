@@ -10,20 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
 #include "common/util.h"
 #include "data/chat.h"
 #include "rl/prompts.h"
 
 uint64_t rl_rollout_seed(uint64_t seed, int64_t step, int64_t task, int sample) {
-    uint64_t x = seed ^ 0x6a09e667f3bcc909ULL;
-    const uint64_t keys[3] = {(uint64_t)step, (uint64_t)task, (uint64_t)sample};
-    for (int i = 0; i < 3; i++) {
-        x ^= keys[i] + 0x9e3779b97f4a7c15ULL + (x << 6) + (x >> 2);
-        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-        x ^= x >> 31;
-    }
-    return x;
+    return dk_key(seed, (uint64_t)step, (uint64_t)task, (uint64_t)sample, 2);
 }
 
 /* Appends a user message and the assistant header to a conversation; sets

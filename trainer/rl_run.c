@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
 #include "common/util.h"
 #include "rl/advantage.h"
 #include "rl/prs.h"
@@ -26,23 +27,10 @@
 #include "trainer/rollout_session.h"
 #include "trainer/rl_update.h"
 
-/* A keyed permutation index: the task of slot i in pass i / n (see sft_data). */
+/* The task at slot i of the run: a keyed shuffle of the task set per pass. */
 static int task_at(const dk_config *cfg, long i, int n) {
-    uint64_t x = (uint64_t)cfg->run.seed * 0x9e3779b97f4a7c15ULL + (uint64_t)(i / n) + 1;
-    x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ULL;
-    /* An affine map a*j + b mod n with gcd(a, n) = 1 is a permutation. */
-    uint64_t a = 1 + 2 * (x % (uint64_t)n), b = (x >> 20) % (uint64_t)n;
-    while (n > 1) {
-        uint64_t g = a, h = (uint64_t)n;
-        while (h) {
-            uint64_t t = g % h;
-            g = h;
-            h = t;
-        }
-        if (g == 1) break;
-        a++;
-    }
-    return (int)((a * (uint64_t)(i % n) + b) % (uint64_t)n);
+    uint64_t key = dk_key((uint64_t)cfg->run.seed, (uint64_t)(i / n), 1, 0, 0);
+    return (int)dk_permute((uint64_t)(i % n), (uint64_t)n, key);
 }
 
 static dk_status check_shape(const dk_config *cfg) {

@@ -21,7 +21,7 @@ for k in ("step", "loss", "lr", "grad_norm", "tokens_per_s"):
     assert all(k in r for r in rows), f"metrics.jsonl lacks '{k}'"
 assert [r["step"] for r in rows] == list(range(1, steps + 1))
 first, last = rows[0]["loss"], rows[-1]["loss"]
-print(f"sft tiny: loss {first:.4f} -> {last:.4f} over {steps} steps ({last / first:.2f}x)")
+print(f"sft tiny: loss {first:.4f} -> {last:.4f} over {steps} steps ({last / first:.3f}x)")
 assert last < 0.5 * first, "final loss is not under half the initial loss"
 PY
 # The saved checkpoint loads in transformers.
