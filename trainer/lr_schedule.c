@@ -10,7 +10,7 @@ double lr_at(const lr_schedule *s, int step) {
     if (s->warmup_steps > 0 && step < s->warmup_steps) return s->lr * (double)(step + 1) / s->warmup_steps;
     if (s->kind == LR_CONSTANT) return s->lr;
     int span = s->total_steps - s->warmup_steps - 1;
-    double p = span > 0 ? (double)(step - s->warmup_steps) / span : 1.0;
+    double p = span > 0 ? (double)(step - s->warmup_steps) / span : 0.0; /* no room to decay: peak lr */
     if (p < 0) p = 0;
     if (p > 1) p = 1;
     double f = s->kind == LR_COSINE ? 0.5 * (1.0 + cos(3.14159265358979323846 * p)) : 1.0 - p;

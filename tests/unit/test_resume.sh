@@ -26,4 +26,8 @@ fi
 cmp "$tmp/a/ckpt/step_00000004/optim/rank_00000.bin" "$tmp/b/ckpt/step_00000004/optim/rank_00000.bin"
 cmp "$tmp/a/ckpt/step_00000004/model.safetensors" "$tmp/b/ckpt/step_00000004/model.safetensors"
 [ ! -e "$tmp/b/ckpt/step_00000004.tmp" ] || { echo "stale .tmp checkpoint left behind"; exit 1; }
+# ckpt.keep prunes all but the newest complete checkpoints.
+"$train" configs/tiny-sft.ini run.steps=4 ckpt.every=1 ckpt.keep=2 run.dir="$tmp/k" ckpt.resume=none > "$tmp/k.log"
+kept=$(cd "$tmp/k/ckpt" && echo step_*)
+[ "$kept" = "step_00000003 step_00000004" ] || { echo "ckpt.keep = 2 left: $kept"; exit 1; }
 echo "resume: 4 steps straight == 2 steps + crash + resume + 2 steps (losses, optimizer state, weights bit-identical)"
