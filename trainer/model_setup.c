@@ -4,6 +4,29 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "kernels/device.h"
+
+/* Refuses a model whose weights, gradients and AdamW state cannot fit the
+ * device, before anything is allocated: a clear message instead of an
+ * out-of-memory abort halfway through planning. */
+static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t scratch, int max_tokens) {
+    const double n = (double)model_config_n_params(mc);
+    const double act = cfg->run.device == DK_DEVICE_CPU ? 4.0 : 2.0;
+    /* weights + fp32 gradients + fp32 m and v (+ fp32 masters when weights are bf16) + op scratch */
+    const double need = n * (act + 4 + 8 + (act < 4 ? 4 : 0)) + (double)scratch;
+    double have;
+    if (cfg->run.device == DK_DEVICE_CPU) have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    else have = (double)device_free_bytes(0);
+    if (have > 0 && need > have)
+        return dk_fail(DK_ERR_USAGE,
+                       "[model] %.2fB parameters need about %.0f GB on %s for weights, gradients, AdamW state and "
+                       "op scratch (%.1f GB of it for batches of %d tokens), but %.0f GB are there: use a smaller "
+                       "model, shorter [data] max_length or a device with more memory",
+                       n / 1e9, need / 1e9, ops_device_name(cfg->run.device), scratch / 1e9, max_tokens, have / 1e9);
+    return DK_OK;
+}
 
 dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, size_t extra_scratch) {
     memset(r, 0, sizeof *r);
@@ -14,6 +37,7 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     if (st != DK_OK) return dk_wrap(DK_ERR_USAGE, "[tokenizer] path: ");
     size_t scratch = model_scratch_bytes(&mc, max_tokens);
     if (extra_scratch > scratch) scratch = extra_scratch;
+    DK_TRY(check_fits(cfg, &mc, scratch, max_tokens));
     DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, 0, scratch));
     r->ctx_ready = 1;
     DK_TRY(model_create(&r->model, &mc, &r->ctx, max_tokens, cfg->train.recompute == DK_RECOMPUTE_LAYER));
