@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# gpu-check.sh: everything a GPU machine should confirm, in one command, with
+# every log under OUT (default ./gpu-check-out): the CUDA build, the GPU
+# tests (ctest -L gpu), compute-sanitizer memcheck on the op tests, and every
+# benchmark of tools/bench with its ratios against PyTorch and the hardware
+# limits. Meant for a machine with CUDA, torch and triton in python3 but none
+# of the Debian libraries: it builds through tools/gpu-build.sh, which unpacks
+# .deps.tar.xz when present.
+#   tools/gpu-check.sh [OUT] [quick]
+set -u
+out=${1:-gpu-check-out}
+quick=${2:-}
+mkdir -p "$out"
+export DK_CMAKE_ARGS="-DDK_CUDA_OPS=ON ${DK_CMAKE_ARGS:-}"
+# shellcheck source=/dev/null
+. tools/gpu-build.sh > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+export DK_PYTHON=${DK_PYTHON:-python3} DK_SOURCE=$PWD DK_BUILD=$PWD/build
+nvidia-smi -L | tee "$out/gpu.txt"
+(cd build && ctest -L gpu --output-on-failure --timeout 600) > "$out/ctest_gpu.log" 2>&1
+grep -E "tests passed|Failed|Passed" "$out/ctest_gpu.log"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  for t in build/tests/gpu_test_cuda_*; do
+    case "$t" in *model*) continue ;; esac
+    compute-sanitizer --tool memcheck --print-limit 5 "$t" > "$out/memcheck_$(basename "$t").log" 2>&1
+    echo "memcheck $(basename "$t"): $(grep -E 'ERROR SUMMARY' "$out/memcheck_$(basename "$t").log" | tail -1)"
+  done
+fi
+q=${quick:+--quick}
+build/bench_ops $q > "$out/bench_ops.log" 2>&1
+build/bench_attention > "$out/bench_attention.log" 2>&1
+build/bench_lmhead > "$out/bench_lmhead.log" 2>&1
+hf=$($DK_PYTHON tools/bench/bench_generate_hf.py 2>"$out/bench_generate_hf.err" | awk '/^hf_tokens_per_s/{print $2}')
+build/bench_generate ${hf:+--hf-tps $hf} $q > "$out/bench_generate.log" 2>&1
+$DK_PYTHON tools/bench/bench_kernelgym.py > "$out/bench_kernelgym.log" 2>&1
+for f in "$out"/bench_*.log; do echo "== $f"; grep -iE "ratio|x torch|roofline|fraction|overhead|jobs|TFLOP|TB/s" "$f" | head -20; done
