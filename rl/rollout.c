@@ -22,19 +22,13 @@ uint64_t rl_rollout_seed(uint64_t seed, int64_t step, int64_t task, int sample) 
 /* Appends a user message and the assistant header to a conversation; sets
  * *no_room (and appends nothing) when they would pass the context limit. */
 static dk_status append_user_turn(gen_engine *e, tokenizer *tok, gen_seq *s, const char *text, int close_answer,
-                                  int im_end, int *no_room) {
+                                  int *no_room) {
     chat_tokens ct = {0};
     dk_status st = DK_OK;
-    if (close_answer) { /* the answer was cut by the budget: close it for the chat structure */
-        if (ct.n == ct.cap) {
-            ct.cap = 16;
-            ct.ids = dk_realloc(ct.ids, (size_t)ct.cap * sizeof *ct.ids);
-            ct.mask = dk_realloc(ct.mask, (size_t)ct.cap);
-        }
-        ct.ids[ct.n] = im_end;
-        ct.mask[ct.n++] = 0;
-    }
-    if (s->n_tokens > 0) st = chat_append_text(tok, "\n", 0, &ct);
+    /* An answer cut by the budget is closed for the chat structure; the
+     * marker is an added token, so encoding its text gives its id. */
+    if (close_answer) st = chat_append_text(tok, "<|im_end|>", 0, &ct);
+    if (st == DK_OK && s->n_tokens > 0) st = chat_append_text(tok, "\n", 0, &ct);
     chat_message m = {"user", text};
     if (st == DK_OK) st = chat_append_message(tok, &m, &ct);
     if (st == DK_OK) st = chat_append_generation_prompt(tok, &ct);
@@ -71,7 +65,7 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
         char *prompt = NULL;
         st = prompt_first(c->first_template, t->id, t->name, t->level, t->source, &prompt);
         int no_room = 0;
-        if (st == DK_OK) st = append_user_turn(e, tok, r->seq, prompt, 0, im_end, &no_room);
+        if (st == DK_OK) st = append_user_turn(e, tok, r->seq, prompt, 0, &no_room);
         if (st == DK_OK && no_room)
             st = dk_fail(DK_ERR_USAGE, "task '%s': the first prompt does not fit the context limit of %d tokens",
                          t->name, gen_get_config(e)->max_context);
@@ -131,7 +125,7 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
                                      turn + 2, c->max_turns, &msg);
                 int no_room = 0;
                 if (st == DK_OK)
-                    st = append_user_turn(e, tok, r->seq, msg, r->stop[turn] != GEN_STOP_TOKEN, im_end, &no_room);
+                    st = append_user_turn(e, tok, r->seq, msg, r->stop[turn] != GEN_STOP_TOKEN, &no_room);
                 free(msg);
                 /* A conversation that cannot take the feedback ends here. */
                 if (no_room) r->stop[turn] = GEN_STOP_CONTEXT;
