@@ -541,6 +541,13 @@ static dk_status config_check(const dk_config *cfg, const loader *L) {
         return dk_fail(DK_ERR_USAGE, "%s: [train] grad_accum = %d does not divide [train] batch_size = %d",
                        key_where(L, key_index("train", "grad_accum"), w, sizeof w), cfg->train.grad_accum,
                        cfg->train.batch_size);
+    if (cfg->train.micro_batch_tokens > 0 && cfg->train.grad_accum != 1)
+        return dk_fail(DK_ERR_USAGE, "%s: [train] micro_batch_tokens = %d decides the micro-batches: leave grad_accum at 1",
+                       key_where(L, key_index("train", "micro_batch_tokens"), w, sizeof w), cfg->train.micro_batch_tokens);
+    if (cfg->train.micro_batch_tokens > 0 && cfg->train.micro_batch_tokens < cfg->data.max_length)
+        return dk_fail(DK_ERR_USAGE, "%s: [train] micro_batch_tokens = %d is below [data] max_length = %d",
+                       key_where(L, key_index("train", "micro_batch_tokens"), w, sizeof w),
+                       cfg->train.micro_batch_tokens, cfg->data.max_length);
     if (cfg->rl.dual_clip != 0 && cfg->rl.dual_clip <= 1)
         return dk_fail(DK_ERR_USAGE, "%s: [rl] dual_clip = %g must be > 1 (or 0 to turn it off)",
                        key_where(L, key_index("rl", "dual_clip"), w, sizeof w), cfg->rl.dual_clip);

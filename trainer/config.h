@@ -58,6 +58,7 @@ typedef struct dk_config {
         int warmup_steps;
         lr_kind schedule;
         int batch_size, grad_accum;
+        int micro_batch_tokens;
         double weight_decay, beta1, beta2, eps, grad_clip;
         dk_recompute recompute;
     } train;

@@ -92,6 +92,9 @@ const config_key config_keys[] = {
     K_ENUM(train, schedule, "cosine", "cosine|linear|constant", "learning-rate decay after warmup, from lr to min_lr"),
     K_INT(train, batch_size, "8", CR_POS, "sequences per optimizer step, over all ranks"),
     K_INT(train, grad_accum, "1", CR_POS, "micro-batches per optimizer step; must divide batch_size"),
+    K_INT(train, micro_batch_tokens, "0", CR_NONNEG,
+          "pack each step's sequences in order into micro-batches of at most this many tokens (needs grad_accum = 1 "
+          "and at least data.max_length); 0: batch_size / grad_accum sequences per micro-batch"),
     K_FLOAT(train, weight_decay, "0.01", CR_NONNEG, "AdamW decoupled weight decay (matrices only)"),
     K_FLOAT(train, beta1, "0.9", CR_UNIT_LT1, "AdamW first-moment decay"),
     K_FLOAT(train, beta2, "0.999", CR_UNIT_LT1, "AdamW second-moment decay"),

@@ -21,6 +21,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#include "trainer/micro_batch.h"
 #include "trainer/rl_batch.h"
 #include "trainer/rl_dump.h"
 #include "trainer/rl_metrics.h"
@@ -49,9 +50,11 @@ static dk_status check_shape(const dk_config *cfg) {
 dk_status rl_run(const dk_config *cfg) {
     DK_TRY(check_shape(cfg));
     const int B = cfg->train.batch_size, S = cfg->rl.n_samples, n_tasks = B / S, turns = cfg->rl.max_turns;
-    const int micro_seqs = B / (cfg->rl.mini_batches * cfg->train.grad_accum);
+    const micro_plan plan = micro_plan_make(cfg, B, cfg->rl.mini_batches);
+    /* The policy being trained is the tempered one the rollouts sampled from. */
+    const float inv_temp = cfg->rl.temperature > 0 ? (float)(1.0 / cfg->rl.temperature) : 1.0f;
     rollout_session ss;
-    dk_status st = rollout_session_init(&ss, cfg, B, micro_seqs * cfg->data.max_length);
+    dk_status st = rollout_session_init(&ss, cfg, B, (int)plan.max_tokens);
     if (st != DK_OK) {
         rollout_session_free(&ss);
         return st;
@@ -70,7 +73,7 @@ dk_status rl_run(const dk_config *cfg) {
     if (st == DK_OK && cfg->rl.kl_coef > 0) {
         /* The frozen reference is the policy the run started from, rebuilt
          * from the same source (so a resumed run gets the same one). */
-        st = model_create(&ref, &mc, &ss.r.ctx, micro_seqs * cfg->data.max_length, 0);
+        st = model_create(&ref, &mc, &ss.r.ctx, (int)plan.max_tokens, 0);
         have_ref = st == DK_OK;
         if (st == DK_OK && cfg->model.path[0]) st = model_load_hf(&ref, cfg->model.path);
         else if (st == DK_OK) model_init_random(&ref, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
@@ -126,7 +129,7 @@ dk_status rl_run(const dk_config *cfg) {
 
         rl_batch b;
         rl_batch_build(&b, ro, B, turns, adv, valid);
-        if (have_ref) st = rl_forward_logprobs(&ref, &b, micro_seqs, 1.0f, b.logp_ref, NULL);
+        if (have_ref) st = rl_forward_logprobs(&ref, &b, &plan, inv_temp, b.logp_ref, NULL);
         rl_update_config uc;
         ppo_config_default(&uc.ppo);
         uc.ppo.clip_low = cfg->rl.clip_low;
@@ -138,8 +141,8 @@ dk_status rl_run(const dk_config *cfg) {
         uc.ppo.tis_cap = cfg->rl.tis_cap;
         uc.epochs = cfg->rl.ppo_epochs;
         uc.mini_batches = cfg->rl.mini_batches;
-        uc.micro_seqs = micro_seqs;
-        uc.inv_temp = cfg->rl.temperature > 0 ? (float)(1.0 / cfg->rl.temperature) : 1.0f;
+        uc.plan = plan;
+        uc.inv_temp = inv_temp;
         uc.lr = lr_at(&sched, step);
         rl_update_stats us;
         if (st == DK_OK) st = rl_update(m, &opt, &b, &uc, &us);

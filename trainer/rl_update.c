@@ -18,12 +18,20 @@ static model_batch micro(const rl_batch *b, int s0, int s1, int32_t *cu) {
     return mb;
 }
 
-dk_status rl_forward_logprobs(model *m, const rl_batch *b, int micro_seqs, float inv_temp, float *logp,
+/* Sequence lengths of the batch, for micro_next. */
+static int *seq_lens(const rl_batch *b) {
+    int *len = dk_malloc((size_t)(b->n_seqs ? b->n_seqs : 1) * sizeof(int));
+    for (int s = 0; s < b->n_seqs; s++) len[s] = b->seq_start[s + 1] - b->seq_start[s];
+    return len;
+}
+
+dk_status rl_forward_logprobs(model *m, const rl_batch *b, const micro_plan *plan, float inv_temp, float *logp,
                               float *entropy) {
-    int32_t *cu = dk_malloc(((size_t)micro_seqs + 1) * sizeof(int32_t));
+    int32_t *cu = dk_malloc(((size_t)b->n_seqs + 1) * sizeof(int32_t));
+    int *len = seq_lens(b);
     dk_status st = DK_OK;
-    for (int s0 = 0; s0 < b->n_seqs && st == DK_OK; s0 += micro_seqs) {
-        int s1 = s0 + micro_seqs < b->n_seqs ? s0 + micro_seqs : b->n_seqs;
+    for (int s0 = 0, s1; s0 < b->n_seqs && st == DK_OK; s0 = s1) {
+        s1 = micro_next(plan, len, s0, b->n_seqs);
         model_batch mb = micro(b, s0, s1, cu);
         st = model_forward(m, &mb, inv_temp);
         if (st != DK_OK) break;
@@ -32,6 +40,7 @@ dk_status rl_forward_logprobs(model *m, const rl_batch *b, int micro_seqs, float
         if (entropy) ops_download(m->ctx, entropy + off, m->entropy, (size_t)mb.T * sizeof(float));
     }
     free(cu);
+    free(len);
     return st;
 }
 
@@ -88,7 +97,7 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
     memset(st, 0, sizeof *st);
     double t0 = dk_now();
     const int want_entropy = c->ppo.entropy_coef > 0;
-    DK_TRY(rl_forward_logprobs(m, b, c->micro_seqs, c->inv_temp, b->logp_old, b->entropy));
+    DK_TRY(rl_forward_logprobs(m, b, &c->plan, c->inv_temp, b->logp_old, b->entropy));
     double ent = 0;
     long n_masked = 0;
     for (long t = 0; t < b->T; t++)
@@ -101,7 +110,8 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
     const size_t T = (size_t)b->T;
     float *dlogp = dk_calloc(T, sizeof(float));
     float *dent = want_entropy ? dk_calloc(T, sizeof(float)) : NULL;
-    int32_t *cu = dk_malloc(((size_t)c->micro_seqs + 1) * sizeof(int32_t));
+    int32_t *cu = dk_malloc(((size_t)b->n_seqs + 1) * sizeof(int32_t));
+    int *len = seq_lens(b);
     const int per_mini = (b->n_seqs + c->mini_batches - 1) / c->mini_batches;
     dk_status s = DK_OK;
     for (int epoch = 0; epoch < c->epochs && s == DK_OK; epoch++) {
@@ -113,8 +123,8 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
             int m1 = m0 + per_mini < b->n_seqs ? m0 + per_mini : b->n_seqs;
             /* The mini-batch's denominator: its counted tokens or sequences. */
             long N = 0, S = 0;
-            for (int s0 = m0; s0 < m1; s0 += c->micro_seqs) {
-                int s1 = s0 + c->micro_seqs < m1 ? s0 + c->micro_seqs : m1;
+            for (int s0 = m0, s1; s0 < m1; s0 = s1) {
+                s1 = micro_next(&c->plan, len, s0, m1);
                 micro(b, s0, s1, cu);
                 ppo_batch pb = ppo_view(b, c, s0, s1, cu);
                 pb.logp = pb.logp_old; /* counting needs no new logprobs */
@@ -127,8 +137,8 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
             double denom = c->ppo.agg == PPO_AGG_TOKEN_MEAN ? (double)N : (double)S;
             model_zero_grad(m);
             double mini_loss = 0;
-            for (int s0 = m0; s0 < m1 && s == DK_OK; s0 += c->micro_seqs) {
-                int s1 = s0 + c->micro_seqs < m1 ? s0 + c->micro_seqs : m1;
+            for (int s0 = m0, s1; s0 < m1 && s == DK_OK; s0 = s1) {
+                s1 = micro_next(&c->plan, len, s0, m1);
                 model_batch mb = micro(b, s0, s1, cu);
                 s = model_forward(m, &mb, c->inv_temp);
                 if (s != DK_OK) break;
@@ -162,5 +172,6 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
     free(dlogp);
     free(dent);
     free(cu);
+    free(len);
     return s;
 }

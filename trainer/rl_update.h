@@ -8,11 +8,13 @@
 #include "model/model.h"
 #include "rl/ppo.h"
 #include "trainer/optim.h"
+#include "trainer/micro_batch.h"
 #include "trainer/rl_batch.h"
 
 typedef struct {
     ppo_config ppo;
-    int epochs, mini_batches, micro_seqs; /* micro_seqs: sequences per packed micro-batch */
+    int epochs, mini_batches;
+    micro_plan plan;                      /* how mini-batches are cut into micro-batches */
     float inv_temp;                       /* 1 / sampling temperature: the rollout's distribution */
     double lr;
 } rl_update_config;
@@ -29,7 +31,7 @@ typedef struct {
 
 /* Per-token logprobs (and entropies when entropy != NULL) of the batch under
  * the model's current weights, forward only, into host arrays [b->T]. */
-dk_status rl_forward_logprobs(model *m, const rl_batch *b, int micro_seqs, float inv_temp, float *logp,
+dk_status rl_forward_logprobs(model *m, const rl_batch *b, const micro_plan *plan, float inv_temp, float *logp,
                               float *entropy);
 /* Fills b->logp_old, runs the update; b->logp_ref must be filled when
  * ppo.kl_coef > 0. */

@@ -15,6 +15,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#include "trainer/micro_batch.h"
 #include "trainer/model_setup.h"
 #include "trainer/optim.h"
 
@@ -44,8 +45,9 @@ static void pack(packed *p, const sft_dataset *ds, const int *idx, int n) {
 }
 
 dk_status sft_run(const dk_config *cfg) {
-    const int B = cfg->train.batch_size, A = cfg->train.grad_accum, per_micro = B / A;
-    const int max_tokens = per_micro * cfg->data.max_length;
+    const int B = cfg->train.batch_size;
+    const micro_plan plan = micro_plan_make(cfg, B, 1);
+    const int max_tokens = (int)plan.max_tokens;
     run_setup r;
     dk_status st = run_setup_init(&r, cfg, max_tokens, 0);
     if (st != DK_OK) {
@@ -79,10 +81,10 @@ dk_status sft_run(const dk_config *cfg) {
     packed p;
     p.tokens = dk_malloc((size_t)max_tokens * sizeof(int32_t));
     p.targets = dk_malloc((size_t)max_tokens * sizeof(int32_t));
-    p.cu = dk_malloc((size_t)(per_micro + 1) * sizeof(int32_t));
+    p.cu = dk_malloc((size_t)(B + 1) * sizeof(int32_t));
     p.dlogprob = dk_malloc((size_t)max_tokens * sizeof(float));
     p.logprob = dk_malloc((size_t)max_tokens * sizeof(float));
-    int *idx = dk_malloc((size_t)B * sizeof(int));
+    int *idx = dk_malloc((size_t)B * sizeof(int)), *len = dk_malloc((size_t)B * sizeof(int));
 
     for (int step = start; step < cfg->run.steps; step++) {
         double t0 = dk_now();
@@ -94,11 +96,13 @@ dk_status sft_run(const dk_config *cfg) {
             const sft_example *e = &ds.ex[idx[i]];
             for (int j = 1; j < e->n; j++) n_targets += e->mask[j];
             n_tokens += e->n;
+            len[i] = e->n;
         }
         model_zero_grad(m);
         double nll = 0.0;
-        for (int a = 0; a < A; a++) {
-            pack(&p, &ds, idx + a * per_micro, per_micro);
+        for (int s0 = 0, s1; s0 < B; s0 = s1) {
+            s1 = micro_next(&plan, len, s0, B);
+            pack(&p, &ds, idx + s0, s1 - s0);
             model_batch b = {p.T, p.n_seqs, p.tokens, NULL, p.cu, p.targets};
             st = model_forward(m, &b, 1.0f);
             if (st != DK_OK) goto done_loop;
@@ -147,6 +151,7 @@ done_loop:
     free(p.dlogprob);
     free(p.logprob);
     free(idx);
+    free(len);
     metrics_close(&ml);
 done:
     optim_free(&opt, ctx);
