@@ -34,22 +34,11 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "tests/check.h"
 
 #define LOGPROB_TOL 0.15
 #define GRAD_REL_TOL 0.06
 #define GRAD_COS_MIN 0.998
-
-static int failures;
-
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);    \
-            printf(__VA_ARGS__);                           \
-            printf("\n");                                  \
-            failures++;                                    \
-        }                                                  \
-    } while (0)
 
 static const model_config cfg_qwen3 = {
     .arch = DK_ARCH_QWEN3, .vocab_size = 384, .hidden_size = 128, .intermediate_size = 256, .n_layers = 2,

@@ -7,18 +7,9 @@
 #include <string.h>
 
 #include "rl/advantage.h"
+#include "tests/check.h"
 
-static int failures = 0;
 static double max_err = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
 
 static void expect(const char *what, const float *got, const double *want, int n) {
     for (int i = 0; i < n; i++) {

@@ -14,20 +14,9 @@
 
 #include "common/util.h"
 #include "trainer/config.h"
+#include "tests/check.h"
 
-static int failures, checks;
 static char tmp[] = "/tmp/dk_config_XXXXXX";
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        checks++;                                       \
-        if (!(cond)) {                                  \
-            failures++;                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 /* Writes tmp/name and returns its path (static buffer, one at a time). */
 static const char *ini(const char *name, const char *text) {

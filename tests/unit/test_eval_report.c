@@ -6,17 +6,7 @@
 #include <string.h>
 
 #include "trainer/eval_report.h"
-
-static int fails;
-#define CHECK(c, ...)                                                    \
-    do {                                                                 \
-        if (!(c)) {                                                      \
-            fails++;                                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                  \
-            printf(__VA_ARGS__);                                         \
-            printf("\n");                                                \
-        }                                                                \
-    } while (0)
+#include "tests/check.h"
 
 static void set(rl_rollout *r, int t, rl_outcome o, double speedup) {
     r->res[t].outcome = o;
@@ -56,6 +46,6 @@ int main(void) {
     CHECK(fabs(s.speedup_geomean - gm) < 1e-12, "geomean %g vs %g", s.speedup_geomean, gm);
     CHECK(fabs(s.speedup_mean - (2.5 + 1.3 + 0.8) / 3) < 1e-12, "mean %g", s.speedup_mean);
     printf("eval report: fast@1 best %.2f, geomean %.4f (hand: %.4f)\n", s.fast[2][0], s.speedup_geomean, gm);
-    printf("%d passed, %d failed\n", 11 - fails, fails);
-    return fails != 0;
+    printf("%d passed, %d failed\n", 11 - failures, failures);
+    return failures != 0;
 }

@@ -21,19 +21,9 @@
 #include "common/util.h"
 #include "model/config.h"
 #include "trainer/config.h"
+#include "tests/check.h"
 
 #define FIXTURES "tests/fixtures/config"
-
-static int failures;
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            failures++;                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);    \
-            printf(__VA_ARGS__);                           \
-            printf("\n");                                  \
-        }                                                  \
-    } while (0)
 
 /* The fields of a model_config as name/value pairs, in expected.json's terms. */
 typedef struct {

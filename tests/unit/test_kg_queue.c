@@ -26,19 +26,9 @@
 #include "env/queue.h"
 #include "env/redis_auto.h"
 #include "env/redis_conn.h"
+#include "tests/check.h"
 
 #define N_JOBS 1000
-
-static int failures = 0;
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            failures++;                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                  \
-            fputc('\n', stderr);                           \
-        }                                                  \
-    } while (0)
 
 static char exe[4096];
 static kg_redis_auto ra;

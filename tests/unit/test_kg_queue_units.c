@@ -12,18 +12,7 @@
 #include "env/client.h"
 #include "env/redis_conn.h"
 #include "env/strmap.h"
-
-static int failures = 0, checks = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        checks++;                                                \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fputc('\n', stderr);                                 \
-        }                                                        \
-    } while (0)
+#include "tests/check.h"
 
 static void url_ok(const char *url, int is_unix, const char *host_or_path, int port, const char *user, const char *pw, int db) {
     kg_redis_url u;

@@ -13,17 +13,7 @@
 
 #include "common/util.h"
 #include "rl/ppo.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "tests/check.h"
 
 static double rel_err(double got, double want) {
     return fabs(got - want) / (fabs(want) > 1e-12 ? fabs(want) : 1e-12);

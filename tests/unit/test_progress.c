@@ -18,18 +18,7 @@
 
 #include "common/util.h"
 #include "trainer/progress.h"
-
-static int failures = 0, n_checked = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        n_checked++;                                             \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "tests/check.h"
 
 static void expect_line(const char *label, long done, long total, double elapsed, const char *extra, int bar,
                         const char *want) {
@@ -280,6 +269,6 @@ int main(void) {
     test_format();
     test_plain();
     test_tty();
-    printf("progress: %d checks, %d failures\n", n_checked, failures);
+    printf("progress: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

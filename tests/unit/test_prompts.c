@@ -12,17 +12,7 @@
 #include "common/util.h"
 #include "rl/extract.h"
 #include "rl/prompts.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "tests/check.h"
 
 static void expect_render(const char *tmpl, const char *want) {
     const char *keys[] = {"a", "long_key2"}, *vals[] = {"X", "{a} {{b}}"};

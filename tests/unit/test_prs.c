@@ -9,17 +9,7 @@
 #include <string.h>
 
 #include "rl/prs.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "tests/check.h"
 
 static prs_config cfg(prs_mode m) {
     prs_config c;

@@ -7,18 +7,7 @@
 #include <string.h>
 
 #include "trainer/rl_batch.h"
-
-static int fails, checks;
-#define CHECK(c, ...)                                                    \
-    do {                                                                 \
-        checks++;                                                        \
-        if (!(c)) {                                                      \
-            fails++;                                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                  \
-            printf(__VA_ARGS__);                                         \
-            printf("\n");                                                \
-        }                                                                \
-    } while (0)
+#include "tests/check.h"
 
 int main(void) {
     int32_t tokens[10] = {1, 2, 3, 10, 11, 12, 4, 5, 20, 21};
@@ -68,6 +57,6 @@ int main(void) {
     for (long t = 0; t < b.T; t++) n += b.mask[t];
     printf("rl batch: %d of %ld positions count (prompt, feedback and dropped turns excluded)\n", n, b.T);
     rl_batch_free(&b);
-    printf("%d passed, %d failed\n", checks - fails, fails);
-    return fails != 0;
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures != 0;
 }

@@ -15,18 +15,7 @@
 #include "common/util.h"
 #include "env/fleet.h"
 #include "rl/env_kernelgym.h"
-
-static int fails, checks;
-#define CHECK(c, ...)                                                    \
-    do {                                                                 \
-        checks++;                                                        \
-        if (!(c)) {                                                      \
-            fails++;                                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                  \
-            printf(__VA_ARGS__);                                         \
-            printf("\n");                                                \
-        }                                                                \
-    } while (0)
+#include "tests/check.h"
 
 static char *read_or_die(const char *path) {
     char *s;
@@ -106,7 +95,7 @@ int main(void) {
     env->free(env);
     kg_fleet_stop(&fleet, 10.0);
 
-    /* Nothing listens on port 1: the batch is scored 0, nothing fails. */
+    /* Nothing listens on port 1: the batch is scored 0, nothing failures. */
     env = rl_env_kernelgym_new("redis://127.0.0.1:1", &kc);
     env->score(env, tasks, responses, 4, res);
     CHECK(res[0].outcome == RL_OUT_ERROR && res[0].reward == 0.0, "unreachable redis: %s",
@@ -121,6 +110,6 @@ int main(void) {
     free(loop);
     free(r_good);
     free(r_loop);
-    printf("%d passed, %d failed\n", checks - fails, fails);
-    return fails != 0;
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures != 0;
 }

@@ -15,19 +15,9 @@
 #include "model/param_buffers.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "tests/check.h"
 
 #define FIX "tests/fixtures/safetensors"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fputc('\n', stderr);                                            \
-        }                                                                   \
-    } while (0)
 
 /* The call must fail and its message must contain every string given. */
 static void expect_error(dk_status s, const char *what, const char *const *needles) {

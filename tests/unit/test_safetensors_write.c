@@ -22,17 +22,8 @@
 #include "model/param_buffers.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "tests/check.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fputc('\n', stderr);                                            \
-        }                                                                   \
-    } while (0)
 #define OK(expr)                                                                     \
     do {                                                                             \
         dk_status ok_s_ = (expr);                                                    \

@@ -18,17 +18,7 @@
 
 #include "common/util.h"
 #include "trainer/tensorboard.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fprintf(stderr, "\n");                               \
-        }                                                        \
-    } while (0)
+#include "tests/check.h"
 
 static void emit(tb_writer *w, const char *tag, int64_t step, double v) {
     tb_scalar(w, tag, step, v);
@@ -167,7 +157,7 @@ int main(int argc, char **argv) {
     CHECK(s == DK_ERR_RUNTIME && strstr(dk_error(), "/dev/null"), "bad logdir: %d '%s'", s, dk_error());
     CHECK(tb_open(&w, logdir) == DK_OK, "tb_open: %s", dk_error());
     fclose(w.f);
-    w.f = fopen("/dev/full", "wb"); /* every write fails with ENOSPC */
+    w.f = fopen("/dev/full", "wb"); /* every write failures with ENOSPC */
     if (w.f) {
         setvbuf(w.f, NULL, _IONBF, 0);
         tb_scalar(&w, "x", 1, 1.0);

@@ -15,17 +15,7 @@
 
 #include "common/util.h"
 #include "data/tokenizer.h"
-
-static int failures = 0;
-#define CHECK(cond, ...)                                            \
-    do {                                                            \
-        if (!(cond)) {                                              \
-            failures++;                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);    \
-            fprintf(stderr, __VA_ARGS__);                           \
-            fprintf(stderr, "\n");                                  \
-        }                                                           \
-    } while (0)
+#include "tests/check.h"
 
 static char src[2048];
 
