@@ -6,7 +6,7 @@
 #include <string.h>
 
 void rl_metrics_summarise(rl_step_summary *s, const rl_rollout *ro, int n, int max_turns, const float *rewards,
-                          const uint8_t *valid, const prs_stats *ps) {
+                          const prs_stats *ps) {
     memset(s, 0, sizeof *s);
     s->max_turns = max_turns;
     int counts[RL_OUT_COUNT] = {0};
@@ -47,7 +47,6 @@ void rl_metrics_summarise(rl_step_summary *s, const rl_rollout *ro, int n, int m
         }
         n_fast += fast;
     }
-    (void)valid;
     const double ne = s->n_evaluated ? s->n_evaluated : 1;
     s->reward_mean_all = s->n_evaluated ? sum_all / s->n_evaluated : NAN;
     s->fast1 = n ? (double)n_fast / n : 0;

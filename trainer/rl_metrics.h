@@ -24,7 +24,7 @@ typedef struct {
 } rl_step_summary;
 
 void rl_metrics_summarise(rl_step_summary *s, const rl_rollout *ro, int n, int max_turns, const float *rewards,
-                          const uint8_t *valid, const prs_stats *ps);
+                          const prs_stats *ps);
 void rl_metrics_write(metrics_log *ml, int step, const rl_step_summary *s, const rl_rollout_stats *rs,
                       const rl_update_stats *us, double lr, double step_s);
 void rl_metrics_print(int step, int steps, const rl_step_summary *s, const rl_rollout_stats *rs,

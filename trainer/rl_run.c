@@ -148,7 +148,7 @@ dk_status rl_run(const dk_config *cfg) {
         if (st == DK_OK) st = rl_update(m, &opt, &b, &uc, &us);
         if (st == DK_OK) {
             rl_step_summary sum;
-            rl_metrics_summarise(&sum, ro, B, turns, rewards, valid, &ps);
+            rl_metrics_summarise(&sum, ro, B, turns, rewards, &ps);
             double step_s = dk_now() - t_step;
             rl_metrics_write(&ml, step + 1, &sum, &rs, &us, uc.lr, step_s);
             rl_metrics_print(step + 1, cfg->run.steps, &sum, &rs, &us, step_s);
