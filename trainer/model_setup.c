@@ -42,12 +42,7 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     r->ctx_ready = 1;
     DK_TRY(model_create(&r->model, &mc, &r->ctx, max_tokens, cfg->train.recompute == DK_RECOMPUTE_LAYER));
     r->model_ready = 1;
-    if (cfg->model.path[0]) {
-        st = model_load_hf(&r->model, cfg->model.path);
-        if (st != DK_OK) return dk_wrap(st, "[model] path = %s: ", cfg->model.path);
-    } else {
-        model_init_random(&r->model, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
-    }
+    DK_TRY(run_setup_initial_weights(&r->model, cfg));
     /* Checked after loading so a bad checkpoint is reported as what it is. */
     int tv = tokenizer_vocab_size(r->tok);
     if (tv > mc.vocab_size)
@@ -57,6 +52,15 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
            model_arch_name(mc.arch), mc.n_layers, mc.hidden_size, mc.n_heads, mc.n_kv_heads, mc.vocab_size,
            model_config_n_params(&mc) / 1e6, model_device_bytes(&r->model) / 1e6, ops_device_name(cfg->run.device));
     return DK_OK;
+}
+
+dk_status run_setup_initial_weights(model *m, const dk_config *cfg) {
+    if (!cfg->model.path[0]) {
+        model_init_random(m, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
+        return DK_OK;
+    }
+    dk_status st = model_load_hf(m, cfg->model.path);
+    return st == DK_OK ? DK_OK : dk_wrap(st, "[model] path = %s: ", cfg->model.path);
 }
 
 void run_setup_free(run_setup *r) {

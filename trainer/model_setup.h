@@ -20,5 +20,8 @@ typedef struct {
  * ops scratch some other user of the ctx needs (the generation engine). */
 dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, size_t extra_scratch);
 void run_setup_free(run_setup *r);
+/* The run's initial weights into m: model.path's checkpoint, or the random
+ * initialisation keyed by run.seed (also used for the frozen RL reference). */
+dk_status run_setup_initial_weights(model *m, const dk_config *cfg);
 
 #endif

@@ -75,8 +75,7 @@ dk_status rl_run(const dk_config *cfg) {
          * from the same source (so a resumed run gets the same one). */
         st = model_create(&ref, &mc, &ss.r.ctx, (int)plan.max_tokens, 0);
         have_ref = st == DK_OK;
-        if (st == DK_OK && cfg->model.path[0]) st = model_load_hf(&ref, cfg->model.path);
-        else if (st == DK_OK) model_init_random(&ref, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
+        if (st == DK_OK) st = run_setup_initial_weights(&ref, cfg);
     }
     if (st == DK_OK) st = metrics_open(&ml, cfg->run.dir, start > 0 ? start : -1);
 
