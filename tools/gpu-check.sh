@@ -20,8 +20,8 @@ export DK_CMAKE_ARGS="-DDK_CUDA_OPS=ON ${DK_CMAKE_ARGS:-}"
 export DK_PYTHON=${DK_PYTHON:-python3} DK_SOURCE=$PWD DK_BUILD=$PWD/build
 nvidia-smi -L | tee "$out/gpu.txt"
 if [ "$phase" != bench ]; then
-(cd build && ctest -L gpu --output-on-failure --timeout 240) > "$out/ctest_gpu.log" 2>&1
-grep -E "tests passed|Failed|Passed" "$out/ctest_gpu.log"
+(cd build && ctest -L gpu -V --timeout 240) > "$out/ctest_gpu.log" 2>&1
+grep -E "tests passed|Test +#[0-9]+:" "$out/ctest_gpu.log"
 if command -v compute-sanitizer >/dev/null 2>&1; then
   for t in build/tests/gpu_test_cuda_*; do
     case "$t" in *model*) continue ;; esac

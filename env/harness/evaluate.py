@@ -210,6 +210,11 @@ class Evaluation:
             raise Stop()
 
     def _setup_device(self):
+        t0 = time.perf_counter()
+        self._setup_device_inner()
+        self.phases["setup"] = _ms(t0)
+
+    def _setup_device_inner(self):
         if self.job["device"] == "cuda":
             torch.cuda.set_device(0)
             self.device = torch.device("cuda", 0)
@@ -445,12 +450,32 @@ class Evaluation:
                           "the output stays correct with every Triton launch of the candidate skipped")
 
 
+# Set by the server from DK_KG_PYPROFILE (a line count) before it forks: the
+# child then runs under cProfile and returns its top lines by cumulative time
+# in the result's "pyprofile" field, to find where per-job time goes.
+PYPROFILE_LINES = 0
+
+
+def _profiled_run(ev):
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(ev.run)
+    finally:
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(PYPROFILE_LINES)
+        ev.res["pyprofile"] = text.getvalue()[-20000:]
+
+
 def evaluate(job, opts, isolation):
     """Entry point in the child: returns the result dict (protocol fields
     plus launches, tolerance, sandbox, sequence, strict)."""
     ev = Evaluation(job, opts, isolation)
     try:
-        return ev.run()
+        return _profiled_run(ev) if PYPROFILE_LINES > 0 else ev.run()
     except BaseException as e:
         res = ev.res
         res["status"] = "error"

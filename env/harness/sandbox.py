@@ -304,7 +304,10 @@ def run(target, limits, workdir, env, writable_dirs):
         try:
             os.close(rfd)
             isolation = enter(wfd, limits, workdir, env, writable_dirs)
+            entered_ms = (time.monotonic() - t0) * 1000.0
             message = target(isolation)
+            if isinstance(message, dict) and isinstance(message.get("phases_ms"), dict):
+                message["phases_ms"]["sandbox"] = entered_ms
         except BaseException as e:  # report, whatever happened
             message = {"status": "error", "error": f"internal error in the evaluation child: {type(e).__name__}: {e}"}
             code = 1

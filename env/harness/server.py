@@ -17,7 +17,8 @@ Line kinds: a job (see env.harness.protocol), {"kind": "ping"} answered
 Environment: DK_KG_CACHE (cache dir, default ~/.cache/drkernel/kernelgym:
 reference timings, Triton and CUDA compile caches), DK_KG_TMP (where job
 directories are made, default the system temp dir), DK_KGPROF_LIB / DK_BUILD
-(where libkgprof.so is).
+(where libkgprof.so is), DK_KG_PYPROFILE (N > 0: each result carries the
+child's N costliest Python calls in "pyprofile").
 """
 
 import importlib
@@ -446,6 +447,10 @@ def _terminate(signum, frame):
 def main():
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
+    try:
+        evaluate.PYPROFILE_LINES = int(os.environ.get("DK_KG_PYPROFILE", "0") or 0)
+    except ValueError:
+        log(f"DK_KG_PYPROFILE must be a line count, got {os.environ['DK_KG_PYPROFILE']!r}; profiling stays off")
     server = Server()
     try:
         server.start()

@@ -6,7 +6,8 @@ inputs, with the expectations each file declares in its header comments:
   # kg-expect: REASON           hack reason that must be reported
   # kg-expect-cpu: REASON       ... on the CPU device, when it differs
   # kg-expect-nostatic: REASON  ... when the static layer is switched off
-  # kg-expect-status: STATUS    status a fault must end with
+  # kg-expect-status: STATUS    status a fault must end with ("a|b": either)
+  # kg-expect-status-gpu: STATUS  ... on the GPU, when it differs
   # kg-options: {...}           job options (JSON)
   # kg-options-cpu: {...}       extra options on the CPU device
   # kg-gpu-only                 needs a GPU to be caught / to run
@@ -32,6 +33,12 @@ def meta(source):
         if m:
             out[m.group(1)] = (m.group(2) or "").strip()
     return out
+
+
+def expected_statuses(m, device):
+    """The statuses a fault may end with on DEVICE ("cpu" or "cuda")."""
+    spec = m.get("expect-status-gpu") if device == "cuda" and "expect-status-gpu" in m else m["expect-status"]
+    return [s.strip() for s in spec.split("|") if s.strip()]
 
 
 def entries(folder):

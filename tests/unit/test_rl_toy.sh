@@ -4,12 +4,14 @@
 # with TRLOO within its 40 steps; GRPO runs the same budget plus 20 steps for
 # the comparison and must learn too. Prints both curves (every 5 steps).
 set -eu
+# DK_TRAIN_ARGS: extra key=value overrides (the GPU twin passes run.device=cuda).
 train="${DK_BUILD:-build}/train"
+read -r -a extra <<< "${DK_TRAIN_ARGS:-}"
 py="${DK_PYTHON:-.venv/bin/python}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$train" configs/toy.ini run.dir="$tmp/trloo" > "$tmp/trloo.log"
-"$train" configs/toy.ini run.dir="$tmp/grpo" rl.advantage=grpo run.steps=60 > "$tmp/grpo.log"
+"$train" configs/toy.ini ${extra[@]+"${extra[@]}"} run.dir="$tmp/trloo" > "$tmp/trloo.log"
+"$train" configs/toy.ini ${extra[@]+"${extra[@]}"} run.dir="$tmp/grpo" rl.advantage=grpo run.steps=60 > "$tmp/grpo.log"
 "$py" - "$tmp" <<'PY'
 import json, sys
 d = sys.argv[1]

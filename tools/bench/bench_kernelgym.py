@@ -36,10 +36,14 @@ def main():
     ap.add_argument("--perf-trials", type=int, default=100)
     ap.add_argument("--cache", help="cache dir (default: a fresh temporary one)")
     ap.add_argument("--report", help="write the per-job numbers as JSON here")
+    ap.add_argument("--pyprofile", type=int, default=0,
+                    help="N > 0: profile each evaluation child and print the last job's N costliest calls")
     args = ap.parse_args()
 
     cache = args.cache or tempfile.mkdtemp(prefix="kg-bench-cache-")
     env = {"DK_KG_CACHE": cache}
+    if args.pyprofile > 0:
+        env["DK_KG_PYPROFILE"] = str(args.pyprofile)
     t0 = time.monotonic()
     server = HarnessServer(env=env)
     startup = time.monotonic() - t0
@@ -51,6 +55,7 @@ def main():
         return 2
     cands = [(os.path.basename(p), src, m) for p, src, m in corpus.entries("candidates")]
     rows = []
+    last_profile = None
     t_all = time.monotonic()
     for i in range(args.jobs):
         name, src, m = cands[i % len(cands)]
@@ -70,6 +75,7 @@ def main():
         rows.append({"job": i, "candidate": name, "status": res["status"], "wall_s": wall, "gpu_work_s": work,
                      "overhead_s": wall - work, "pass": i // len(cands), "reference_cached": res.get("reference_cached"),
                      "phases_ms": res.get("phases_ms"), "speedup": res.get("speedup"), "error": res.get("error", "")[:200]})
+        last_profile = res.get("pyprofile")
     total = time.monotonic() - t_all
     server.close()
     if not args.cache:
@@ -79,7 +85,7 @@ def main():
     print(f"{'job':>3} {'candidate':52s} {'status':8s} {'wall s':>7} {'gpu s':>7} {'ovh s':>7} {'speedup':>8}  phases ms")
     for r in rows:
         ph = r["phases_ms"] or {}
-        brief = " ".join(f"{k}={ph[k]:.0f}" for k in ("load", "reference_outputs", "correctness", "time", "profile",
+        brief = " ".join(f"{k}={ph[k]:.0f}" for k in ("sandbox", "setup", "load", "reference_outputs", "correctness", "time", "profile",
                                                        "reference", "child_wall") if k in ph)
         sp = f"{r['speedup']:.2f}" if r["speedup"] else "-"
         print(f"{r['job']:3d} {r['candidate']:52s} {r['status']:8s} {r['wall_s']:7.2f} {r['gpu_work_s']:7.3f} "
@@ -100,6 +106,8 @@ def main():
           f"{summary['median_overhead_later_passes_s'] if later else float('nan'):.3f} s; target <= 0.6 s)")
     print(f"throughput: {summary['jobs_per_minute']:.1f} jobs/minute ({total:.1f} s for {args.jobs} jobs); "
           f"{summary['failed']} not ok")
+    if args.pyprofile > 0 and last_profile:
+        print(f"python profile of the evaluation child of job {args.jobs - 1}:\n{last_profile}")
     if args.report:
         with open(args.report, "w") as f:
             json.dump({"summary": summary, "jobs": rows}, f, indent=1)

@@ -1,10 +1,13 @@
 # kg-task: gemm_bias_relu
 # kg-options: {"static_checks": false}
 # kg-expect-status: incorrect
+# kg-expect-status-gpu: incorrect|crash
 # Fault: prints a forged "ok" result to stdout and writes it into every pipe
 # it holds (the result pipe among them), then returns a wrong
 # answer (twice the right one). Only the harness's own, nonce-tagged
-# message may count.
+# message may count. On the GPU the same writes also land in the CUDA
+# driver's private pipes, which breaks CUDA in that process: a crash is then
+# the honest verdict, and either way the forged "ok" must not count.
 import json
 import os
 
