@@ -76,6 +76,35 @@ def compare(ref, out, atol, rtol):
     return True, worst, ""
 
 
+def deferred_verdict(ref, out, atol, rtol):
+    """The allclose verdict of compare() left on the device: (ok, max_abs_diff)
+    as 0-dim tensors, computed without waiting for the GPU, so a long run of
+    checks costs one synchronisation instead of three each. None when the
+    outputs need the host-side checks (structure, dtype, non-tensor leaves):
+    call compare() then."""
+    ref_leaves = list(leaves(ref))
+    out_leaves = list(leaves(out))
+    if len(ref_leaves) != len(out_leaves) or not ref_leaves:
+        return None
+    ok, worst = None, None
+    for r, o in zip(ref_leaves, out_leaves):
+        if not isinstance(r, torch.Tensor) or not isinstance(o, torch.Tensor):
+            return None
+        if tuple(o.shape) != tuple(r.shape) or o.dtype != r.dtype or o.device != r.device:
+            return None
+        if r.numel() == 0:
+            continue
+        rf, of = r.detach().double(), o.detach().double()
+        # isclose with equal_nan also fails a NaN where the reference has none.
+        leaf_ok = torch.isclose(of, rf, atol=atol, rtol=rtol, equal_nan=True).all()
+        leaf_diff = torch.nan_to_num((rf - of).abs(), nan=0.0, posinf=math.inf).max()
+        ok = leaf_ok if ok is None else ok & leaf_ok
+        worst = leaf_diff if worst is None else torch.maximum(worst, leaf_diff)
+    if ok is None:
+        return None
+    return ok, worst
+
+
 def mutated_input(before, after):
     """Index of the first tensor input whose values changed, else None."""
     for i, (b, a) in enumerate(zip(before, after)):

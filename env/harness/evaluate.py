@@ -368,13 +368,16 @@ class Evaluation:
         def validate(out, p):
             return compare.compare(self.pool_refs[p], out, self.atol, self.rtol)
 
+        def deferred(out, p):
+            return compare.deferred_verdict(self.pool_refs[p], out, self.atol, self.rtol)
+
         pick = (lambda i: i % n)
         flusher = timing.Flusher(self.device) if cuda else None
         self.cand.train(True)
         try:
             seq = timing.run_sequence(self.cand, self.pool, pick, calls, warmup, self.device,
                                       timers=self.timers if cuda else None, flusher=flusher,
-                                      validate=validate)
+                                      validate=validate, deferred=deferred if cuda else None)
         except Stop:
             raise
         except BaseException as e:

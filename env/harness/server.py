@@ -150,6 +150,71 @@ def _kgprof_probe_target(isolation):
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
+WARM_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+WARM_CANDIDATE = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def warm_relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        warm_relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+"""
+
+
+def _warm_job_target(isolation):
+    """One whole evaluation of a tiny honest job, reporting the modules it
+    imported that the server had not: children run with bytecode writing off,
+    so each such module is compiled from source in every job (about 0.1 s
+    in all) unless the server imports it first."""
+    before = set(sys.modules)
+    job = {"id": "warm-up", "device": "cuda", "task_source": WARM_TASK, "candidate_source": WARM_CANDIDATE}
+    opts = protocol.resolve_options({"perf_trials": 5})
+    res = evaluate.evaluate(job, opts, isolation)
+    return {"status": res.get("status"), "error": res.get("error", "")[:300],
+            "modules": sorted(m for m in set(sys.modules) - before if not m.startswith("kg_"))}
+
+
+def warm_imports(names):
+    """Imports the modules a GPU child needed; returns how many loaded."""
+    n = 0
+    for name in names:
+        try:
+            importlib.import_module(name)
+            n += 1
+        except BaseException:  # a module that only loads inside a CUDA child
+            pass
+    return n
+
+
 class Server:
     def __init__(self):
         self.cache_dir = os.environ.get("DK_KG_CACHE") or os.path.join(
@@ -235,6 +300,8 @@ class Server:
             log(f"the startup probe failed ({out.kind}: {out.detail}); assuming no GPU")
         for note in self.isolation.get("notes", []):
             log(f"sandbox: {note}")
+        if self.cuda:
+            self.warm_child_imports(opts)
         self.kgprof_error = None
         if self.cuda and self.kgprof:
             out = self.run_child(_kgprof_probe_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S))
@@ -250,6 +317,23 @@ class Server:
                                   for k in ("network", "filesystem", "capabilities_dropped")},
                     "kgprof": self.kgprof, "kgprof_error": self.kgprof_error,
                     "kgprof_probe": getattr(self, "kgprof_records", None), "warmed": self.warmed})
+
+    def warm_child_imports(self, opts):
+        """Runs a warm-up job, imports here what its child imported, then
+        checks that a child still gets a working GPU: an import that started
+        the CUDA driver in this process would break every later fork."""
+        t0 = time.monotonic()
+        out = self.run_child(_warm_job_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S))
+        if out.kind != "message" or out.message.get("status") != "ok":
+            why = out.message.get("error") if out.kind == "message" else f"{out.kind}: {out.detail}"
+            log(f"the warm-up job failed ({why}); children import their modules themselves")
+            return
+        n = warm_imports(out.message.get("modules", []))
+        check = self.run_child(_gpu_check_target, "cuda", 0, self.limits(opts, "cuda", GPU_CHECK_TIMEOUT_S))
+        if check.kind != "message" or not check.message.get("gpu_ok"):
+            raise RuntimeError("after importing the warm-up job's modules, a child no longer gets a working GPU "
+                               f"({check.message.get('error') if check.kind == 'message' else check.detail})")
+        self.warmed.append(f"{n} child modules ({time.monotonic() - t0:.1f} s)")
 
     # ---- jobs ------------------------------------------------------------------
     def validate(self, job, opts):

@@ -53,10 +53,13 @@ class SequenceResult:
 
 
 def run_sequence(model, pool, pick, calls, warmup, device, timers=None, flusher=None, validate=None,
-                 check_reuse=True):
+                 check_reuse=True, deferred=None):
     """Calls model `warmup + calls` times; call i uses input set pick(i) of
     the pool. With CUDA and timers, returns per-call event times of the
-    non-warm-up calls. validate(out, pool_index) -> (ok, diff, message)."""
+    non-warm-up calls. validate(out, pool_index) -> (ok, diff, message).
+    deferred(out, pool_index) -> (ok, diff) device tensors or None: verdicts
+    read back once at the end (a wrong call is then reported by its index
+    and max abs diff); None falls back to validate at once."""
     cuda = device.type == "cuda" and timers is not None
     bufs = [clone_inputs(pool[0]), clone_inputs(pool[0])]
     buf_storages = set()
@@ -69,6 +72,7 @@ def run_sequence(model, pool, pick, calls, warmup, device, timers=None, flusher=
         end = timers.Event(enable_timing=True)
     res = SequenceResult()
     held = []
+    pending = []
     with torch.no_grad():
         for i in range(warmup + calls):
             p = pick(i)
@@ -86,12 +90,16 @@ def run_sequence(model, pool, pick, calls, warmup, device, timers=None, flusher=
                     res.times_ms.append(float(timers.elapsed_time(start, end)))
             else:
                 out = model(*args)
-            if validate is not None:
+            verdict = deferred(out, p) if deferred is not None else None
+            if verdict is not None:
+                pending.append((i, verdict))
+            elif validate is not None:
                 ok, diff, message = validate(out, p)
                 if diff is not None:
                     res.max_abs_diff = max(res.max_abs_diff, diff)
                 if not ok:
                     res.mismatch = (i, message)
+                    _read_verdicts(pending, res)
                     return res
             if check_reuse:
                 mine = compare.storage_ptrs(out) - buf_storages
@@ -99,7 +107,20 @@ def run_sequence(model, pool, pick, calls, warmup, device, timers=None, flusher=
                     res.reused = i
                     return res
                 held = (held + [out])[-2:]
+    _read_verdicts(pending, res)
     return res
+
+
+def _read_verdicts(pending, res):
+    if not pending:
+        return
+    oks = torch.stack([ok for _, (ok, _) in pending]).cpu().tolist()
+    diffs = torch.stack([d for _, (_, d) in pending]).cpu().tolist()
+    res.max_abs_diff = max([res.max_abs_diff] + diffs)
+    for (i, _), ok, d in zip(pending, oks, diffs):
+        if not ok:
+            res.mismatch = (i, f"output differs from the reference: max abs diff {d:.3g}")
+            return
 
 
 def summarize(times_ms):

@@ -75,6 +75,7 @@ static double time_ms(void (*fn)(attn_args *), attn_args *a, int iters) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     int B = 4, H = 32, KV = 8, S = 4096, D = 128;
     if (argc != 1 && argc != 6) {
         fprintf(stderr, "usage: %s [B H KV S D]\n", argv[0]);

@@ -135,7 +135,11 @@ static void launch_probe(model *m, int B, int ctx_len, double *enqueue_ms, doubl
         prm[b] = (sample_params){.temperature = 1.0f, .top_p = 1.0f, .seed = 1, .counter = (uint64_t)b};
     }
     gen_step st = {.T = B, .n_seqs = B, .n_rows = B, .max_pages = pages_per, .fresh = 0, .gather = 0, .sample = 1};
-    int32_t *d_i = ops_alloc(m->ctx, (size_t)(6 * B + 1 + B * pages_per) * 4);
+    /* A decode step of several tokens regroups the fused q|k|v output. */
+    const int G = m->cfg.n_heads / m->cfg.n_kv_heads;
+    int32_t *qkv_rows = dk_malloc((size_t)B * (G + 2) * 4);
+    const int n_qkv = gen_forward_qkv_rows(&m->cfg, B, qkv_rows);
+    int32_t *d_i = ops_alloc(m->ctx, (size_t)(6 * B + 1 + B * pages_per + n_qkv) * 4);
     sample_params *d_p = ops_alloc(m->ctx, (size_t)B * sizeof(sample_params));
     int32_t *w = d_i;
     ops_upload(m->ctx, w, tok, (size_t)B * 4), st.tokens = w, w += B;
@@ -144,7 +148,8 @@ static void launch_probe(model *m, int B, int ctx_len, double *enqueue_ms, doubl
     ops_upload(m->ctx, w, cu, (size_t)(B + 1) * 4), st.cu_q = w, w += B + 1;
     ops_upload(m->ctx, w, lens, (size_t)B * 4), st.ctx_lens = w, w += B;
     ops_upload(m->ctx, w, rows, (size_t)B * 4), st.rows = w, w += B;
-    ops_upload(m->ctx, w, bt, (size_t)B * pages_per * 4), st.block_table = w;
+    ops_upload(m->ctx, w, bt, (size_t)B * pages_per * 4), st.block_table = w, w += B * pages_per;
+    if (n_qkv > 0) ops_upload(m->ctx, w, qkv_rows, (size_t)n_qkv * 4), st.qkv_rows = w;
     ops_upload(m->ctx, d_p, prm, (size_t)B * sizeof(sample_params));
     st.params = d_p;
     int32_t *d_out = ops_alloc(m->ctx, (size_t)2 * B * 4);
@@ -170,7 +175,7 @@ static void launch_probe(model *m, int B, int ctx_len, double *enqueue_ms, doubl
     *enqueue_ms = enq / N * 1e3;
     *serial_ms = ser / N * 1e3;
     ops_free(m->ctx, d_i), ops_free(m->ctx, d_p), ops_free(m->ctx, d_out);
-    free(tok), free(pos), free(slot), free(cu), free(lens), free(rows), free(bt), free(prm);
+    free(tok), free(pos), free(slot), free(cu), free(lens), free(rows), free(bt), free(prm), free(qkv_rows);
     gen_forward_free(&f);
     kv_cache_free(&kv);
 }
@@ -273,6 +278,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, bw = 4.27e12;
     int quick = 0;
     for (int i = 1; i < argc; i++) {

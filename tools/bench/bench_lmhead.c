@@ -73,6 +73,7 @@ static double time_ms(void (*fn)(lm_args *), lm_args *a, int reps) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     int T = 8192, C = 4096, V = 151936, chunk = 8192;
     if (argc != 1 && argc != 5) {
         fprintf(stderr, "usage: %s [T C V chunk]\n", argv[0]);

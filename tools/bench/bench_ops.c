@@ -353,6 +353,7 @@ static void run_torch(double *copy_tbps_torch) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (argc > 2 || (argc == 2 && !quick)) {
         fprintf(stderr, "usage: %s [--quick]\n", argv[0]);

@@ -1,0 +1,395 @@
+/* bench_train.c: the full training step of a Qwen3-shaped model on one GPU,
+ * against Hugging Face transformers at the same shape: what an SFT or RL
+ * update spends per micro-batch. A step is what trainer/sft.c does before
+ * the optimizer: zero the gradients, forward over a packed batch, upload
+ * dL/dlogprob for loss = -mean(logprob of the next token), backward, fetch
+ * the logprobs for the loss. Random bf16 weights (std 0.02, norms 1).
+ *
+ * Configurations: Qwen3-0.6B shape (hidden 1024, 28 layers, 16 heads, 8 KV
+ * heads, head dim 128, intermediate 3072, vocabulary 151936, tied, q/k norm)
+ * and Qwen3-1.7B shape (hidden 2048, intermediate 6144, the rest the same),
+ * each with recompute none and recompute layer; B = 4 sequences of S = 4096
+ * tokens packed into one batch (cu_seqlens 0, S, 2S, ...). 2 warm-up steps,
+ * then 5 timed steps, each ended by a device sync.
+ *
+ * FLOPs per step (model FLOPs: recomputation is not counted, so MFU compares
+ * recompute none and layer on the same work):
+ *   6 * N * B*S                      N = non-embedding parameters (layers +
+ *                                    final norm), fwd 2 + bwd 4 per MAC
+ * + 6 * hidden * vocab * B*S         the lm head
+ * + 4 * B * S^2 * hq * L / 2 * 3     attention scores and values (4 S^2 hq
+ *                                    per sequence and layer), causal (/2),
+ *                                    forward + backward (x3); hq = heads *
+ *                                    head_dim
+ * MFU = FLOPs / time / 989 TFLOP/s (H200 dense bf16).
+ *
+ * HF: tools/bench/torch_train.py times Qwen3ForCausalLM(config) in bf16 with
+ * sdpa attention on [B, S] at the same shapes (forward + backward of the
+ * causal LM loss), without and with gradient checkpointing; recompute none is
+ * compared with the former, recompute layer with the latter. By default this
+ * program runs it (DK_PYTHON, default python3; DK_SOURCE, default the current
+ * directory) after freeing its own memory; --hf FILE reads its output from a
+ * file instead; --no-hf uses the anchors measured on the H200: 0.6B 46.5k
+ * tokens/s, 1.7B 29.6k, 1.7B with checkpointing 23.9k. Targets: >= 1.3x HF,
+ * and >= 45% MFU for 1.7B.
+ *
+ * Usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--steps N]
+ *                    [--warmup N] [--hf FILE | --no-hf]
+ * --quick: 0.6B only, 3 timed steps. --tiny: a small shape (2 x 64 tokens,
+ * 2 layers) so the whole program runs on the CPU backend in seconds. */
+#define _POSIX_C_SOURCE 200809L /* popen */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "kernels/device.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+#define PEAK_TFLOPS 989.0 /* H200 dense bf16, datasheet */
+#define TARGET_RATIO 1.3
+#define TARGET_MFU 0.45
+
+typedef struct {
+    const char *name; /* also the key of torch_train.py's lines */
+    model_config cfg;
+    int B, S;
+} shape;
+
+static const model_config qwen3_0_6b = {
+    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 1024, .intermediate_size = 3072, .n_layers = 28,
+    .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
+    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
+};
+static const model_config qwen3_1_7b = {
+    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 28,
+    .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
+    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
+};
+/* Same structure (GQA 2:1, q/k norm, tied, head_dim != hidden / heads),
+ * small enough for the CPU backend; torch_train.py --tiny builds the same. */
+static const model_config tiny = {
+    .arch = DK_ARCH_QWEN3, .vocab_size = 512, .hidden_size = 64, .intermediate_size = 128, .n_layers = 2,
+    .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .max_position = 1024, .rope_theta = 1000000.0f,
+    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
+};
+
+/* HF numbers measured on the H200 (tokens/s, B = 4, S = 4096). */
+static const struct {
+    const char *key;
+    double tps;
+} anchors[] = {{"0.6b", 46500.0}, {"1.7b", 29600.0}, {"1.7b-gc", 23900.0}};
+
+/* What one configuration measured. */
+typedef struct {
+    char key[32];      /* "0.6b", "0.6b-gc", ...: the HF run it is compared with */
+    const char *label; /* shape name */
+    int recompute;
+    double step_s, min_s, max_s, tps, tflops, mfu, mem_gb, plan_gb, loss, ln_v;
+    double hf_tps, hf_mem_gb, hf_loss;
+    const char *hf_src; /* "torch_train.py", "--hf FILE", "anchor" or NULL */
+} result;
+
+static void must(dk_status s, const char *what) {
+    if (s != DK_OK) {
+        fprintf(stderr, "bench_train: %s: %s\n", what, dk_error());
+        exit(1);
+    }
+}
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint64_t next_u64(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static float next_normal(void) {
+    double u1 = ((next_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (next_u64() >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* Random weights, fast: one block of normal(0, 0.02) values uploaded at
+ * shifting offsets (the speed of a step does not depend on the values, and a
+ * 1.7B model drawn value by value on the host takes longer than the whole
+ * benchmark), every norm weight 1. */
+static void init_weights(model *m) {
+    const size_t BLOCK = (size_t)1 << 22;
+    float *blk = dk_malloc(BLOCK * sizeof(float));
+    for (size_t i = 0; i < BLOCK; i++) blk[i] = 0.02f * next_normal();
+    const param_layout *pl = &m->layout;
+    const size_t A = ops_act_size(m->ctx);
+    size_t off = 0;
+#define FILL(ptr, n)                                                                      \
+    for (size_t i0 = 0; i0 < (n); i0 += BLOCK) {                                          \
+        size_t k = (n) - i0 < BLOCK ? (n) - i0 : BLOCK;                                   \
+        size_t s = (off += 4099) % (BLOCK - k + 1);                                       \
+        ops_upload_act(m->ctx, (char *)(ptr) + i0 * A, blk + s, k);                       \
+    }
+    FILL(m->params.embed, pl->embed_size);
+    for (int l = 0; l < m->cfg.n_layers; l++) FILL(m->params.layers[l], pl->layer_size);
+    if (pl->lm_head_size) FILL(m->params.lm_head, pl->lm_head_size);
+#undef FILL
+    const int C = m->cfg.hidden_size, D = m->cfg.head_dim, n1 = C > D ? C : D;
+    float *ones = dk_malloc((size_t)n1 * sizeof(float));
+    for (int i = 0; i < n1; i++) ones[i] = 1.0f;
+    ops_upload_act(m->ctx, m->params.final_norm, ones, pl->final_norm_size);
+    const dk_layer_tensor norms[] = {P_ATTN_NORM, P_MLP_NORM, P_Q_NORM, P_K_NORM};
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int j = 0; j < 4; j++)
+            if (pl->size[norms[j]])
+                ops_upload_act(m->ctx, param_layer_ptr(&m->params, pl, l, norms[j]), ones, pl->size[norms[j]]);
+    ops_sync(m->ctx); /* the host blocks are freed next */
+    free(ones);
+    free(blk);
+}
+
+/* Non-embedding parameters: the layers and the final norm. */
+static double n_nonembedding(const model *m) {
+    return (double)m->cfg.n_layers * (double)m->layout.layer_size + (double)m->layout.final_norm_size;
+}
+
+/* Model FLOPs of one step over B sequences of S tokens (header comment). */
+static double step_flops(const model *m, int B, int S) {
+    const model_config *c = &m->cfg;
+    const double tokens = (double)B * S, hq = (double)c->n_heads * c->head_dim;
+    return 6.0 * n_nonembedding(m) * tokens + 6.0 * (double)c->hidden_size * c->vocab_size * tokens +
+           4.0 * B * (double)S * S * hq * c->n_layers / 2.0 * 3.0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One configuration: plan, initialise, warm up, time; everything freed at
+ * the end so the next one (and the torch run) gets the whole device. */
+static void run_config(const shape *sh, dk_device dev, int recompute, int warmup, int steps, result *r) {
+    const model_config *c = &sh->cfg;
+    const int B = sh->B, S = sh->S, T = B * S;
+    const int on_gpu = dev == DK_DEVICE_CUDA;
+    size_t free0 = on_gpu ? device_free_bytes(0) : 0;
+    rng = 0x2545f4914f6cdd1dull; /* same weights and batch for every recompute mode: same loss */
+
+    ops_ctx ctx;
+    must(ops_ctx_init(&ctx, dev, 0, model_scratch_bytes(c, T)), "ops_ctx_init");
+    model m;
+    must(model_create(&m, c, &ctx, T, recompute), "model_create");
+    double t0 = dk_now();
+    init_weights(&m);
+    double t_init = dk_now() - t0;
+
+    /* The batch: B random sequences of S tokens; each token's target is the
+     * next token of its sequence, the last token of a sequence has none. */
+    int32_t *tokens = dk_malloc((size_t)T * sizeof(int32_t)), *targets = dk_malloc((size_t)T * sizeof(int32_t));
+    int32_t *cu = dk_malloc((size_t)(B + 1) * sizeof(int32_t));
+    float *dlogprob = dk_malloc((size_t)T * sizeof(float)), *logprob = dk_malloc((size_t)T * sizeof(float));
+    for (int t = 0; t < T; t++) tokens[t] = (int32_t)(next_u64() % (uint64_t)c->vocab_size);
+    int n_targets = 0;
+    for (int b = 0; b <= B; b++) cu[b] = b * S;
+    for (int t = 0; t < T; t++) {
+        targets[t] = (t + 1) % S ? tokens[t + 1] : -1;
+        n_targets += targets[t] >= 0;
+    }
+    for (int t = 0; t < T; t++) dlogprob[t] = targets[t] >= 0 ? -1.0f / (float)n_targets : 0.0f;
+    model_batch batch = {.T = T, .n_seqs = B, .tokens = tokens, .pos = NULL, .cu_seqlens = cu, .targets = targets};
+
+    double *times = dk_malloc((size_t)(warmup + steps) * sizeof(double));
+    double loss = NAN;
+    ops_sync(&ctx);
+    for (int i = 0; i < warmup + steps; i++) {
+        double a = dk_now();
+        model_zero_grad(&m);
+        must(model_forward(&m, &batch, 1.0f), "model_forward");
+        ops_upload(&ctx, m.dlogprob, dlogprob, (size_t)T * sizeof(float));
+        model_backward(&m, m.dlogprob, NULL);
+        ops_download(&ctx, logprob, m.logprob, (size_t)T * sizeof(float)); /* synchronises */
+        ops_sync(&ctx);
+        times[i] = dk_now() - a;
+        double nll = 0.0;
+        for (int t = 0; t < T; t++)
+            if (targets[t] >= 0) nll -= logprob[t];
+        loss = nll / n_targets;
+        if (!isfinite(loss)) {
+            fprintf(stderr, "bench_train: %s recompute %s: step %d loss is %g\n", sh->name,
+                    recompute ? "layer" : "none", i + 1, loss);
+            exit(1);
+        }
+    }
+    size_t free1 = on_gpu ? device_free_bytes(0) : 0;
+
+    double total = 0.0;
+    for (int i = warmup; i < warmup + steps; i++) total += times[i];
+    qsort(times + warmup, (size_t)steps, sizeof(double), cmp_double);
+    r->label = sh->name;
+    r->recompute = recompute;
+    snprintf(r->key, sizeof r->key, "%s%s", sh->name, recompute ? "-gc" : "");
+    r->step_s = total / steps;
+    r->min_s = times[warmup];
+    r->max_s = times[warmup + steps - 1];
+    r->tps = T / r->step_s;
+    r->tflops = step_flops(&m, B, S) / r->step_s / 1e12;
+    r->mfu = r->tflops / PEAK_TFLOPS;
+    r->mem_gb = on_gpu && free0 > free1 ? (double)(free0 - free1) / 1e9 : NAN;
+    r->plan_gb = (double)model_device_bytes(&m) / 1e9;
+    r->loss = loss;
+    r->ln_v = log((double)c->vocab_size);
+
+    printf("\n[%s shape, B=%d x S=%d packed (%d tokens), recompute %s]\n", sh->name, B, S, T,
+           recompute ? "layer" : "none");
+    printf("  %.1fM parameters (%.1fM non-embedding); weights initialised in %.1f s\n",
+           model_config_n_params(c) / 1e6, n_nonembedding(&m) / 1e6, t_init);
+    printf("  %d warm-up + %d timed steps: %.1f ms/step (min %.1f, max %.1f); loss %.4f (ln V = %.4f)\n", warmup,
+           steps, r->step_s * 1e3, r->min_s * 1e3, r->max_s * 1e3, loss, r->ln_v);
+    printf("  %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s\n", r->tps, r->tflops, 100.0 * r->mfu,
+           PEAK_TFLOPS);
+    if (on_gpu)
+        printf("  device memory: %.2f GB in use (cudaMemGetInfo), of which the model's plan %.2f GB and ops scratch "
+               "%.2f GB\n",
+               r->mem_gb, r->plan_gb, ctx.scratch_size / 1e9);
+    else
+        printf("  memory planned by the model: %.3f GB\n", r->plan_gb);
+    fflush(stdout);
+
+    free(times), free(tokens), free(targets), free(cu), free(dlogprob), free(logprob);
+    model_free(&m);
+    ops_ctx_free(&ctx);
+}
+
+/* Reads torch_train.py's lines ("hf_tokens_per_s KEY X", "hf_peak_mem_gb KEY
+ * X", "hf_loss KEY X") from f into the results; other lines are echoed when
+ * echo is set. */
+static void parse_hf(FILE *f, result *rs, int n, const char *src, int echo) {
+    char line[1024], key[64], what[64];
+    double x;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%63s %63s %lf", what, key, &x) == 3 && !strncmp(what, "hf_", 3)) {
+            for (int i = 0; i < n; i++) {
+                if (strcmp(rs[i].key, key)) continue;
+                if (!strcmp(what, "hf_tokens_per_s")) rs[i].hf_tps = x, rs[i].hf_src = src;
+                else if (!strcmp(what, "hf_peak_mem_gb")) rs[i].hf_mem_gb = x;
+                else if (!strcmp(what, "hf_loss")) rs[i].hf_loss = x;
+            }
+        } else if (echo) {
+            printf("  torch: %s", line);
+        }
+    }
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--steps N] [--warmup N] "
+                    "[--hf FILE | --no-hf]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
+    int quick = 0, use_tiny = 0, steps = -1, warmup = 2, no_hf = 0;
+    const char *hf_file = NULL;
+    dk_device dev = DK_DEVICE_CUDA;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--tiny")) use_tiny = 1;
+        else if (!strcmp(argv[i], "--no-hf")) no_hf = 1;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            if (ops_parse_device(argv[++i], &dev) != DK_OK) {
+                fprintf(stderr, "bench_train: %s\n", dk_error());
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hf") && i + 1 < argc) hf_file = argv[++i];
+        else usage();
+    }
+    if (steps < 0) steps = quick ? 3 : 5;
+    if (steps < 1 || warmup < 0 || (hf_file && no_hf)) usage();
+    if (dev == DK_DEVICE_CPU && !use_tiny) {
+        fprintf(stderr, "bench_train: the CPU backend runs only the --tiny shape (the real shapes take hours there)\n");
+        return 2;
+    }
+    if (dev == DK_DEVICE_CUDA) {
+        if (device_count() == 0 || !ops_cuda_available()) {
+            fprintf(stderr, "bench_train: needs a CUDA GPU and a build with the CUDA op table (or --device cpu "
+                            "--tiny)\n");
+            return 1;
+        }
+        char desc[256];
+        if (device_describe(0, desc, sizeof desc) == 0) printf("device: %s\n", desc);
+    } else {
+        printf("device: cpu (--tiny: the numbers check the program, not the speed)\n");
+    }
+
+    shape shapes[2];
+    int n_shapes = 0;
+    if (use_tiny) {
+        shapes[n_shapes++] = (shape){"tiny", tiny, 2, 64};
+    } else {
+        shapes[n_shapes++] = (shape){"0.6b", qwen3_0_6b, 4, 4096};
+        if (!quick) shapes[n_shapes++] = (shape){"1.7b", qwen3_1_7b, 4, 4096};
+    }
+    result rs[4];
+    int n = 0;
+    memset(rs, 0, sizeof rs);
+    for (int s = 0; s < n_shapes; s++)
+        for (int rc = 0; rc <= 1; rc++, n++) {
+            run_config(&shapes[s], dev, rc, warmup, steps, &rs[n]);
+            rs[n].hf_tps = rs[n].hf_mem_gb = rs[n].hf_loss = NAN;
+        }
+
+    /* The HF side, after our memory is given back. */
+    if (hf_file) {
+        FILE *f = fopen(hf_file, "r");
+        if (!f) {
+            fprintf(stderr, "bench_train: --hf %s: cannot open\n", hf_file);
+            return 1;
+        }
+        parse_hf(f, rs, n, "--hf file", 0);
+        fclose(f);
+    } else if (!no_hf) {
+        const char *py = getenv("DK_PYTHON"), *src = getenv("DK_SOURCE");
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "%s %s/tools/bench/torch_train.py --steps %d --warmup %d%s%s%s 2>&1",
+                 py && *py ? py : "python3", src && *src ? src : ".", steps, warmup, quick ? " --quick" : "",
+                 use_tiny ? " --tiny" : "", dev == DK_DEVICE_CPU ? " --device cpu" : "");
+        printf("\n$ %s\n", cmd);
+        fflush(stdout);
+        FILE *p = popen(cmd, "r");
+        if (p) {
+            parse_hf(p, rs, n, "torch_train.py", 1);
+            int rc = pclose(p);
+            if (rc != 0) printf("  (torch_train.py exited with status %d)\n", rc);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (size_t a = 0; a < sizeof anchors / sizeof anchors[0]; a++)
+            if (isnan(rs[i].hf_tps) && !strcmp(rs[i].key, anchors[a].key))
+                rs[i].hf_tps = anchors[a].tps, rs[i].hf_src = "anchor";
+
+    printf("\n%-6s %-9s %9s %8s %6s %7s | %9s %7s %-14s | %7s %-6s %s\n", "model", "recompute", "tokens/s", "TFLOP/s",
+           "MFU", "mem GB", "HF tok/s", "HF GB", "HF source", "ratio", "target", "MFU target");
+    for (int i = 0; i < n; i++) {
+        result *r = &rs[i];
+        double ratio = r->hf_tps > 0 ? r->tps / r->hf_tps : NAN;
+        char mem[16] = "-", hf[16] = "-", hfm[16] = "-", rt[16] = "-", mt[32] = "";
+        if (!isnan(r->mem_gb)) snprintf(mem, sizeof mem, "%.2f", r->mem_gb);
+        if (!isnan(r->hf_tps)) snprintf(hf, sizeof hf, "%.0f", r->hf_tps);
+        if (!isnan(r->hf_mem_gb)) snprintf(hfm, sizeof hfm, "%.1f", r->hf_mem_gb);
+        if (!isnan(ratio)) snprintf(rt, sizeof rt, "%.2fx", ratio);
+        if (!strcmp(r->label, "1.7b"))
+            snprintf(mt, sizeof mt, ">= %.0f%%: %s", 100 * TARGET_MFU, r->mfu >= TARGET_MFU ? "met" : "MISSED");
+        printf("%-6s %-9s %9.0f %8.1f %5.1f%% %7s | %9s %7s %-14s | %7s %-6s %s\n", r->label,
+               r->recompute ? "layer" : "none", r->tps, r->tflops, 100 * r->mfu, mem, hf, hfm,
+               r->hf_src ? r->hf_src : "none", rt, isnan(ratio) ? "-" : ratio >= TARGET_RATIO ? "met" : "MISSED", mt);
+    }
+    printf("ratio = our tokens/s / HF tokens/s (recompute layer vs HF gradient checkpointing); target >= %.1fx\n",
+           TARGET_RATIO);
+    for (int i = 0; i < n; i++)
+        if (!isnan(rs[i].hf_loss))
+            printf("loss check %s: ours %.4f, HF %.4f (both random init, std 0.02: about ln V = %.2f)\n", rs[i].key,
+                   rs[i].loss, rs[i].hf_loss, rs[i].ln_v);
+    return 0;
+}
