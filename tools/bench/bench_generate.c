@@ -199,7 +199,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     void *qk = ops_alloc(ctx, (size_t)B * (Q + KV) * A), *att = ops_alloc(ctx, (size_t)B * Q * A);
     void *gu = ops_alloc(ctx, (size_t)B * 2 * I * A), *h = ops_alloc(ctx, (size_t)B * I * A);
     float *rstd = ops_alloc(ctx, (size_t)B * Hq * 4), *logits = ops_alloc(ctx, (size_t)B * V * 4);
-    int32_t *hi = dk_malloc((size_t)(B * (G + 2) + 6 * B + 1 + B * pages_per) * 4);
+    int32_t *hi = dk_malloc((size_t)(B * (G + 2) + 7 * B + 1 + B * pages_per) * 4);
     int32_t *rows = hi, *pos = rows + B * (G + 2), *slot = pos + B, *cu = slot + B, *lens = cu + B + 1, *tok = lens + B;
     int32_t *out = tok + B, *bt = out + 2 * B;
     gen_forward_qkv_rows(c, B, rows);
@@ -209,7 +209,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
         for (int p = 0; p < pages_per; p++) bt[b * pages_per + p] = b * pages_per + p;
         slot[b] = bt[b * pages_per + (ctx_len - 1) / P] * P + (ctx_len - 1) % P;
     }
-    size_t ni = (size_t)(B * (G + 2) + 6 * B + 1 + B * pages_per);
+    size_t ni = (size_t)(B * (G + 2) + 7 * B + 1 + B * pages_per);
     int32_t *di = ops_alloc(ctx, ni * 4);
     ops_upload(ctx, di, hi, ni * 4);
     int32_t *d_rows = di + (rows - hi), *d_pos = di + (pos - hi), *d_slot = di + (slot - hi), *d_cu = di + (cu - hi);

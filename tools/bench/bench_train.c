@@ -307,6 +307,11 @@ int main(int argc, char **argv) {
     }
     if (steps < 0) steps = quick ? 3 : 5;
     if (steps < 1 || warmup < 0 || (hf_file && no_hf)) usage();
+    FILE *hf = NULL; /* opened now: a wrong path fails before the runs, not after */
+    if (hf_file && !(hf = fopen(hf_file, "r"))) {
+        fprintf(stderr, "bench_train: --hf %s: cannot open\n", hf_file);
+        return 2;
+    }
     if (dev == DK_DEVICE_CPU && !use_tiny) {
         fprintf(stderr, "bench_train: the CPU backend runs only the --tiny shape (the real shapes take hours there)\n");
         return 2;
@@ -341,14 +346,9 @@ int main(int argc, char **argv) {
         }
 
     /* The HF side, after our memory is given back. */
-    if (hf_file) {
-        FILE *f = fopen(hf_file, "r");
-        if (!f) {
-            fprintf(stderr, "bench_train: --hf %s: cannot open\n", hf_file);
-            return 1;
-        }
-        parse_hf(f, rs, n, "--hf file", 0);
-        fclose(f);
+    if (hf) {
+        parse_hf(hf, rs, n, "--hf file", 0);
+        fclose(hf);
     } else if (!no_hf) {
         const char *py = getenv("DK_PYTHON"), *src = getenv("DK_SOURCE");
         char cmd[2048];
