@@ -29,7 +29,7 @@ import traceback
 
 import torch
 
-from env.harness import compare, guards, loader, profiler, protocol, static_checks, timing
+from env.harness import compare, guards, loader, profiler, protocol, sandbox, static_checks, timing
 
 TASK_MODULE = "kg_task"
 CANDIDATE_MODULE = "kg_candidate"
@@ -384,6 +384,7 @@ class Evaluation:
         self.res["correct"] = True
 
     def _sequence(self):
+        sandbox.wait_gate()
         t0 = time.perf_counter()
         n = self.pool_n
         calls, warmup = sequence_plan(self.opts, self.device.type, self.strict, n)

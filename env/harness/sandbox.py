@@ -173,7 +173,7 @@ def descendants(root_pid=None, skip=None):
     proportional set sizes (slower to read) only when the first is large
     enough to matter: see memory_of()."""
     root_pid = os.getpid() if root_pid is None else root_pid
-    skip = _retired if skip is None else skip
+    skip = (_retired | _spares) if skip is None else skip
     table = _proc_table()
     children = {}
     for pid, (ppid, _) in table.items():
@@ -203,6 +203,10 @@ def _reap():
 # down (a CUDA context takes a while to release). The next job does not wait
 # for them; they are left out of its watchdog counts and reaped as they go.
 _retired = set()
+# Children forked ahead of their job (see spawn_ahead), waiting: they run
+# only harness code until their job is sent, so the job in progress neither
+# counts them nor kills them with its leftovers.
+_spares = set()
 
 
 def _prune_retired():
@@ -224,7 +228,7 @@ def _retire(child_pid):
         os.killpg(child_pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    pids, _ = descendants(skip=())
+    pids, _ = descendants(skip=_spares)
     for p in pids:
         try:
             os.kill(p, signal.SIGKILL)
@@ -234,17 +238,19 @@ def _retire(child_pid):
     _retired.add(child_pid)
 
 
-def kill_all_descendants(child_pid=None, rounds=50):
-    """SIGKILLs the child's group and every descendant of the server until
-    none is left (or rounds run out: a process stuck in the kernel), reaping
-    as we go."""
+def kill_all_descendants(child_pid=None, rounds=50, spares_too=False):
+    """SIGKILLs the child's group and every descendant of the server (but the
+    waiting spares, unless spares_too) until none is left (or rounds run out:
+    a process stuck in the kernel), reaping as we go."""
     if child_pid is not None:
         try:
             os.killpg(child_pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    if spares_too:
+        _spares.clear()
     for _ in range(rounds):
-        pids, _ = descendants(skip=())
+        pids, _ = descendants(skip=set(_spares))
         if not pids:
             _reap()
             return True
@@ -288,24 +294,65 @@ def _tail(path, n=3000):
         return ""
 
 
-def run(target, limits, workdir, env, writable_dirs):
-    """Forks a sandboxed child that calls target(isolation) and reports the
-    dict it returns. Returns an Outcome once the child is gone and every
-    process it started has been killed."""
+class Child:
+    """A forked evaluation child, from the server's side."""
+
+    def __init__(self, pid, rfd, nonce, limits, workdir, t0):
+        self.pid, self.rfd, self.nonce = pid, rfd, nonce
+        self.limits, self.workdir, self.t0 = limits, workdir, t0
+        self.job_fd = None     # an ahead child's job pipe (write end)
+        self.ready_fd = None   # an ahead child's ready pipe (read end)
+        self.gate_fd = None    # this child's gate pipe (write end)
+        self.key = None
+
+
+# The child's end of its gate pipe: evaluate calls wait_gate() before its
+# timed calls, which returns once the server writes to or closes the pipe.
+_gate_fd = None
+GATE_TIMEOUT_S = 5.0
+
+
+def wait_gate(timeout_s=GATE_TIMEOUT_S):
+    """In the child: waits until no spare is starting its CUDA context, so
+    the timed calls never share the GPU with another process's setup."""
+    global _gate_fd
+    fd, _gate_fd = _gate_fd, None
+    if fd is None:
+        return
+    try:
+        select.select([fd], [], [], timeout_s)
+    finally:
+        os.close(fd)
+
+
+def _fork(limits, workdir, env, writable_dirs, body, ahead):
+    """Forks a sandboxed child that runs body(isolation, job_fd) and reports
+    the dict it returns. An ahead child first signals on its ready pipe,
+    then waits for its job on the job pipe."""
     _prune_retired()
     rfd, wfd = os.pipe()
+    gr, gw = os.pipe()
+    jr = jw = rr = rw = None
+    if ahead:
+        jr, jw = os.pipe()
+        rr, rw = os.pipe()
     nonce = secrets.token_hex(16)
     sys.stdout.flush()
     sys.stderr.flush()
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child never returns from here
+        global _gate_fd
         code = 0
         try:
-            os.close(rfd)
-            isolation = enter(wfd, limits, workdir, env, writable_dirs)
+            for fd in (rfd, gw, jw, rr):
+                if fd is not None:
+                    os.close(fd)
+            keep = {fd for fd in (wfd, gr, jr, rw) if fd is not None}
+            isolation = enter(wfd, limits, workdir, env, writable_dirs, keep)
             entered_ms = (time.monotonic() - t0) * 1000.0
-            message = target(isolation)
+            _gate_fd = gr
+            message = body(isolation, jr, rw)
             if isinstance(message, dict) and isinstance(message.get("phases_ms"), dict):
                 message["phases_ms"]["sandbox"] = entered_ms
         except BaseException as e:  # report, whatever happened
@@ -316,20 +363,157 @@ def run(target, limits, workdir, env, writable_dirs):
         except BaseException:
             code = 3
         os._exit(code)
-    os.close(wfd)
+    for fd in (wfd, gr, jr, rw):
+        if fd is not None:
+            os.close(fd)
+    child = Child(pid, rfd, nonce, limits, workdir, t0)
+    child.gate_fd, child.job_fd, child.ready_fd = gw, jw, rr
+    return child
+
+
+def _target_body(target):
+    def body(isolation, job_fd, ready_fd):
+        return target(isolation)
+    return body
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def spawn_ahead(prepare, runner, limits, workdir, env, writable_dirs, key=None):
+    """Forks a child before its job exists: it enters the sandbox, runs
+    prepare(isolation) (on CUDA, the context: the costliest part of a job's
+    start), signals ready and waits. send_job() then hands it a JSON payload
+    for runner(payload, isolation); finish() supervises it like run()."""
+    def body(isolation, job_fd, ready_fd):
+        prepare(isolation)
+        try:  # the server may have stopped listening: its job came first
+            os.write(ready_fd, b"r")
+        except OSError:
+            pass
+        os.close(ready_fd)
+        payload = _read_all(job_fd)
+        os.close(job_fd)
+        if not payload:
+            os._exit(0)  # given back without a job
+        return runner(json.loads(payload.decode("utf-8")), isolation)
+
+    child = _fork(limits, workdir, env, writable_dirs, body, ahead=True)
+    child.key = key
+    _spares.add(child.pid)
+    return child
+
+
+def send_job(child, payload):
+    """Hands an ahead child its job; False when it is gone (the caller forks
+    a fresh child instead). The job's wall clock starts now."""
+    _spares.discard(child.pid)
+    data = memoryview(json.dumps(payload).encode("utf-8"))
+    # Non-blocking, with a deadline: a child stuck in its setup must not
+    # hang the server on a full pipe.
+    deadline = time.monotonic() + child.limits.timeout_s
+    try:
+        os.set_blocking(child.job_fd, False)
+        while data:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise OSError("the child forked ahead did not take its job")
+            _, writable, _ = select.select([], [child.job_fd], [], min(left, 0.5))
+            if writable:
+                data = data[os.write(child.job_fd, data):]
+        os.close(child.job_fd)
+    except OSError:
+        discard(child)
+        return False
+    child.job_fd = None
+    child.t0 = time.monotonic()
+    return True
+
+
+def discard(child):
+    """Kills an ahead child that will get no job, and closes its pipes."""
+    _spares.discard(child.pid)
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    _retired.add(child.pid)
+    for fd in (child.rfd, child.job_fd, child.ready_fd, child.gate_fd):
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    child.job_fd = child.ready_fd = child.gate_fd = None
+
+
+def start(target, limits, workdir, env, writable_dirs):
+    """Forks a sandboxed child that calls target(isolation); finish() waits
+    for it."""
+    return _fork(limits, workdir, env, writable_dirs, _target_body(target), ahead=False)
+
+
+def finish(child, next_spare=None):
+    """Supervises a started child until it reports, dies or breaks a limit.
+    Its gate opens when next_spare (a child forked ahead during this job) is
+    ready, or at once without one. Returns an Outcome once the child is gone
+    and every process it started has been killed."""
+    if next_spare is None:
+        _close_gate(child)
     out = None
     try:
-        out = _supervise(pid, rfd, nonce, limits, workdir, t0)
+        out = _supervise(child.pid, child.rfd, child.nonce, child.limits, child.workdir, child.t0,
+                         gate=(child, next_spare) if next_spare is not None else None)
         return out
     finally:
-        os.close(rfd)
+        _close_gate(child)
+        os.close(child.rfd)
+        if child.ready_fd is not None:
+            os.close(child.ready_fd)
+            child.ready_fd = None
         if out is not None and out.kind == "message" and out.exit_code is None and out.signal is None:
-            _retire(pid)
+            _retire(child.pid)
         else:
-            kill_all_descendants(pid)
+            kill_all_descendants(child.pid)
 
 
-def _supervise(pid, rfd, nonce, limits, workdir, t0):
+def _close_gate(child):
+    if child.gate_fd is not None:
+        try:
+            os.close(child.gate_fd)
+        except OSError:
+            pass
+        child.gate_fd = None
+
+
+def run(target, limits, workdir, env, writable_dirs):
+    """Forks a sandboxed child that calls target(isolation) and reports the
+    dict it returns. Returns an Outcome once the child is gone and every
+    process it started has been killed."""
+    return finish(start(target, limits, workdir, env, writable_dirs))
+
+
+def _watch_gate(gate):
+    """Opens the job's gate once the spare forked beside it is ready (it
+    wrote its byte, or died: either way its setup is over)."""
+    child, spare = gate
+    if child.gate_fd is None or spare.ready_fd is None:
+        return
+    ready, _, _ = select.select([spare.ready_fd], [], [], 0)
+    if ready:
+        _close_gate(child)
+
+
+def _supervise(pid, rfd, nonce, limits, workdir, t0, gate=None):
     out = Outcome()
     buf = bytearray()
     deadline = t0 + limits.timeout_s
@@ -343,6 +527,10 @@ def _supervise(pid, rfd, nonce, limits, workdir, t0):
             out.detail = f"killed after {limits.timeout_s:g} s wall clock"
             break
         wait = min(0.05, deadline - now)
+        if gate is not None:
+            _watch_gate(gate)
+            if gate[0].gate_fd is not None:
+                wait = min(wait, 0.005)
         if not eof:
             ready, _, _ = select.select([rfd], [], [], wait)
             if ready:
@@ -597,9 +785,10 @@ def _set_limits(limits):
         resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap if hard == resource.RLIM_INFINITY else hard))
 
 
-def enter(result_fd, limits, workdir, env, writable_dirs):
-    """Puts the current (freshly forked) process into the sandbox. Returns
-    what isolation could be had, for the result."""
+def enter(result_fd, limits, workdir, env, writable_dirs, keep=()):
+    """Puts the current (freshly forked) process into the sandbox; of the
+    inherited descriptors only result_fd and keep stay open. Returns what
+    isolation could be had, for the result."""
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     devnull = os.open("/dev/null", os.O_RDONLY)
@@ -608,7 +797,7 @@ def enter(result_fd, limits, workdir, env, writable_dirs):
     os.dup2(devnull, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    _close_fds({result_fd})
+    _close_fds({result_fd} | set(keep))
     faulthandler.enable(file=sys.stderr, all_threads=True)
     sys.dont_write_bytecode = True
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

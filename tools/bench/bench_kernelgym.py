@@ -41,6 +41,8 @@ def main():
                     help="measure from the first evaluation (compiles and reference timings included)")
     ap.add_argument("--cache", help="cache dir (default: a fresh temporary one)")
     ap.add_argument("--report", help="write the per-job numbers as JSON here")
+    ap.add_argument("--prefork", action="store_true",
+                    help="DK_KG_PREFORK=1: each job's child is forked and set up during the job before it")
     ap.add_argument("--pyprofile", type=int, default=0,
                     help="N > 0: profile each evaluation child and print the last job's N costliest calls")
     args = ap.parse_args()
@@ -49,6 +51,8 @@ def main():
     env = {"DK_KG_CACHE": cache}
     if args.pyprofile > 0:
         env["DK_KG_PYPROFILE"] = str(args.pyprofile)
+    if args.prefork:
+        env["DK_KG_PREFORK"] = "1"
     t0 = time.monotonic()
     server = HarnessServer(env=env)
     startup = time.monotonic() - t0
@@ -85,6 +89,7 @@ def main():
         if ref and not res.get("reference_cached"):
             work += ref["mean"] * calls / 1000.0
         rows.append({"job": i, "candidate": name, "status": res["status"], "wall_s": wall, "gpu_work_s": work,
+                     "forked_ahead": res.get("forked_ahead"),
                      "overhead_s": wall - work, "pass": -1 if cold else i // len(cands), "reference_cached": res.get("reference_cached"),
                      "phases_ms": res.get("phases_ms"), "speedup": res.get("speedup"), "error": res.get("error", "")[:200]})
         last_profile = res.get("pyprofile")
@@ -94,7 +99,8 @@ def main():
         shutil.rmtree(cache, ignore_errors=True)
 
     print(f"server start {startup:.1f} s; {args.jobs} evaluations on GPU {args.gpu}, {args.perf_trials} timed calls "
-          f"each{' after a cold pass over the ' + str(len(cands)) + ' candidates' if args.cold_pass else ''}")
+          f"each{' after a cold pass over the ' + str(len(cands)) + ' candidates' if args.cold_pass else ''}"
+          f"{'; children forked ahead (DK_KG_PREFORK=1)' if args.prefork else ''}")
     print(f"{'job':>7} {'candidate':52s} {'status':8s} {'wall s':>7} {'gpu s':>7} {'ovh s':>7} {'speedup':>8}  phases ms")
     for r in rows:
         ph = r["phases_ms"] or {}
