@@ -99,6 +99,11 @@ size_t ops_act_size(const ops_ctx *ctx) { DISPATCH_RETURN(act_size, ctx); }
 void *ops_alloc(ops_ctx *ctx, size_t bytes) { DISPATCH_RETURN(alloc, ctx, bytes); }
 void ops_free(ops_ctx *ctx, void *p) { DISPATCH(free, ctx, p); }
 void ops_zero(ops_ctx *ctx, void *p, size_t bytes) { DISPATCH(zero, ctx, p, bytes); }
+ops_graph *ops_graph_capture(ops_ctx *ctx, void (*fn)(void *), void *user) {
+    DISPATCH_RETURN(graph_capture, ctx, fn, user);
+}
+void ops_graph_launch(ops_ctx *ctx, ops_graph *g) { DISPATCH(graph_launch, ctx, g); }
+void ops_graph_free(ops_ctx *ctx, ops_graph *g) { DISPATCH(graph_free, g); }
 void ops_sync(ops_ctx *ctx) { DISPATCH(sync, ctx); }
 
 void ops_upload(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {

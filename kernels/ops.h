@@ -58,6 +58,15 @@ void ops_download(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
 /* fp32 host array <-> act device array (converts to / from the storage type). */
 void ops_upload_act(ops_ctx *ctx, void *dst, const float *src_host, size_t n);
 void ops_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n);
+/* A replayable capture of the ops fn(user) queues (CUDA graphs): launching
+ * it reruns those ops with the same pointers and sizes, reading whatever the
+ * device buffers hold then. NULL, with the reason in dk_error(), where the
+ * backend has none (CPU) or the capture failed; fn's ops did not run then,
+ * and the caller runs them directly. */
+typedef struct ops_graph ops_graph;
+ops_graph *ops_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);
+void ops_graph_launch(ops_ctx *ctx, ops_graph *g);
+void ops_graph_free(ops_ctx *ctx, ops_graph *g);
 /* Device-side casts between fp32 and act. */
 void ops_cast_f32_to_act(ops_ctx *ctx, void *dst, const float *src, size_t n);
 void ops_cast_act_to_f32(ops_ctx *ctx, float *dst, const void *src, size_t n);

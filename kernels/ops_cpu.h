@@ -72,6 +72,11 @@ void cpu_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
                          const void *h, const void *W, const int32_t *target, const float *lse,
                          const float *entropy, int T, int C, int V, float inv_temp, int chunk);
 
+/* graph_cpu.c */
+ops_graph *cpu_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);
+void cpu_graph_launch(ops_ctx *ctx, ops_graph *g);
+void cpu_graph_free(ops_graph *g);
+
 /* adamw_cpu.c */
 void cpu_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, float *m, float *v, size_t n,
                float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);

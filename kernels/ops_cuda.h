@@ -42,6 +42,11 @@ void cuda_download(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
 void cuda_upload_act(ops_ctx *ctx, void *dst, const float *src_host, size_t n);
 void cuda_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n);
 
+/* graph.cu */
+ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);
+void cuda_graph_launch(ops_ctx *ctx, ops_graph *g);
+void cuda_graph_free(ops_graph *g);
+
 /* elementwise.cu */
 void cuda_cast_f32_to_act(ops_ctx *ctx, void *dst, const float *src, size_t n);
 void cuda_cast_act_to_f32(ops_ctx *ctx, float *dst, const void *src, size_t n);

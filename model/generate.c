@@ -16,6 +16,7 @@
 
 #include "common/util.h"
 #include "model/gen_forward.h"
+#include "model/gen_graph.h"
 #include "model/kv_cache.h"
 
 /* One sequence's share of a step. */
@@ -31,6 +32,7 @@ struct gen_engine {
     gen_config cfg;
     kv_cache kv;
     gen_forward fwd;
+    gen_graphs graphs;   /* decode-step graphs (cfg.cuda_graphs) */
     int max_pages_seq;   /* block-table width for a max_context sequence */
     gen_stats stats;
     long tick;           /* steps so far: the clock of last_used */
@@ -168,6 +170,7 @@ dk_status gen_create(gen_engine **out, model *m, const gen_config *gc_in) {
 void gen_free(gen_engine *e) {
     if (!e) return;
     while (e->head) gen_seq_free(e, e->head);
+    gen_graphs_free(&e->graphs, e->ctx);
     gen_forward_free(&e->fwd);
     kv_cache_free(&e->kv);
     ops_free(e->ctx, e->meta_dev);
@@ -333,6 +336,13 @@ static int run_step(gen_engine *e, const step_entry *en, int n, int sample, cons
         if (np > maxp) maxp = np;
         if (en[i].s->n_cached != 0) fresh = 0;
     }
+    /* A decode step (one sampled token per sequence) may replay a graph; its
+     * block table is widened to a bucket so the shape holds for a while. */
+    const int graph = e->cfg.cuda_graphs && sample && rows == T && T == n && !fresh;
+    if (graph) {
+        maxp = (maxp + GEN_GRAPH_PAGE_BUCKET - 1) / GEN_GRAPH_PAGE_BUCKET * GEN_GRAPH_PAGE_BUCKET;
+        if (maxp > e->max_pages_seq) maxp = e->max_pages_seq;
+    }
     /* Layout: sample_params first (8-byte aligned), then the int32 arrays. */
     sample_params *prm = (sample_params *)e->meta_host;
     int32_t *ints = (int32_t *)(e->meta_host + (size_t)rows * sizeof(sample_params));
@@ -381,7 +391,11 @@ static int run_step(gen_engine *e, const step_entry *en, int n, int sample, cons
     };
 #undef DEV
     double t0 = dk_now();
-    gen_forward_run(&e->fwd, &st);
+    /* On the CPU the widened block table is all a graph step changes. */
+    const int replay = graph && e->ctx->device == DK_DEVICE_CUDA;
+    if (!(replay && gen_graphs_run(&e->graphs, &e->fwd, &st))) gen_forward_run(&e->fwd, &st);
+    e->stats.graph_captures = e->graphs.captures;
+    e->stats.graph_replays = e->graphs.replays;
     if (sample && rows) ops_download(e->ctx, e->out_host, e->out_dev, 2 * (size_t)rows * sizeof(int32_t));
     else ops_sync(e->ctx);
     e->stats.forward_s += dk_now() - t0;

@@ -47,6 +47,8 @@ typedef struct gen_config {
     int max_context;        /* longest conversation, prompt and every turn included */
     int paged_prefill;      /* 0: a step of fresh prompts only attends with the training
                                attention op (ops_attention_forward); 1: always paged */
+    int cuda_graphs;        /* 1: decode steps replay captured graphs (model/gen_graph.h);
+                               the CPU backend ignores it */
 } gen_config;
 
 /* Why a sequence's last turn ended. */
@@ -110,6 +112,8 @@ typedef struct gen_stats {
     long evictions;         /* idle conversations whose cache was dropped */
     long recomputed_tokens; /* tokens prefilled again after a preemption or eviction */
     double forward_s;       /* wall time inside forwards, results downloaded */
+    long graph_captures;    /* decode-step shapes captured (cuda_graphs) */
+    long graph_replays;     /* decode steps run by replaying a captured graph */
 } gen_stats;
 
 typedef struct gen_engine gen_engine;

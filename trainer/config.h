@@ -76,6 +76,7 @@ typedef struct dk_config {
         dk_env_kind env;
         int ppo_epochs, mini_batches;
         double kv_cache_fraction;
+        bool decode_graphs;
         double kl_coef, entropy_coef, tis_cap;
         char prompt_template[DK_CONFIG_STR];
         char feedback_template[DK_CONFIG_STR];

@@ -29,6 +29,7 @@ dk_status rollout_session_init(rollout_session *s, const dk_config *cfg, int max
         gc.cache_bytes = (size_t)max_batch * cfg->data.max_length * 2 * mc.n_layers * mc.n_kv_heads * mc.head_dim *
                          sizeof(float) + (64u << 20);
     else gc.cache_fraction = cfg->rl.kv_cache_fraction;
+    gc.cuda_graphs = cfg->rl.decode_graphs;
     int tokens = train_tokens > 0 ? train_tokens : cfg->data.max_length;
     DK_TRY(run_setup_init(&s->r, cfg, tokens, gen_scratch_bytes(&mc, &gc, cfg->run.device)));
     /* The cache takes its share of what is free once the model is in. */

@@ -206,6 +206,51 @@ static void test_logprobs(const model_config *cfg, const char *name) {
     ops_ctx_free(&ctx);
 }
 
+/* Decode steps planned for graphs (cuda_graphs = 1) widen their block
+ * tables to GEN_GRAPH_PAGE_BUCKET pages; on the CPU that is all that
+ * changes, and the padding must not change a single token or logprob. */
+static void test_graph_shapes(const model_config *cfg) {
+    enum { N = 5, NEW = 40 };
+    const int lens[N] = {1, 7, 30, 64, 3};
+    int32_t *tok[2][N];
+    float *lp[2][N];
+    for (int mode = 0; mode < 2; mode++) {
+        gen_config gc = {.page_size = 2, .n_pages = 400, .max_batch = 8, .max_step_tokens = 256,
+                         .max_context = 256, .cuda_graphs = mode};
+        ops_ctx ctx;
+        make_ctx(&ctx, cfg, 256, &gc);
+        model m;
+        must(model_create(&m, cfg, &ctx, 256, 0), "model_create");
+        model_init_random(&m, 9, 0.3f);
+        gen_engine *e;
+        must(gen_create(&e, &m, &gc), "gen_create");
+        gen_seq *seqs[N];
+        for (int i = 0; i < N; i++) seqs[i] = new_prompt(e, 40 + (uint64_t)i, lens[i], cfg->vocab_size);
+        gen_params p = {.temperature = 0.9f, .top_p = 0.95f, .max_new_tokens = NEW};
+        must(gen_run(e, seqs, N, &p), "gen_run");
+        for (int i = 0; i < N; i++) {
+            tok[mode][i] = dk_malloc((size_t)seqs[i]->n_tokens * sizeof(int32_t));
+            lp[mode][i] = dk_malloc((size_t)seqs[i]->n_tokens * sizeof(float));
+            memcpy(tok[mode][i], seqs[i]->tokens, (size_t)seqs[i]->n_tokens * sizeof(int32_t));
+            memcpy(lp[mode][i], seqs[i]->logprobs, (size_t)seqs[i]->n_tokens * sizeof(float));
+            CHECK(seqs[i]->n_tokens == lens[i] + NEW, "graph shapes: sequence %d has %d tokens", i, seqs[i]->n_tokens);
+            gen_seq_free(e, seqs[i]);
+        }
+        gen_free(e);
+        model_free(&m);
+        ops_ctx_free(&ctx);
+    }
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        same &= !memcmp(tok[0][i], tok[1][i], (size_t)(lens[i] + NEW) * sizeof(int32_t));
+        same &= !memcmp(lp[0][i], lp[1][i], (size_t)(lens[i] + NEW) * sizeof(float));
+        free(tok[0][i]), free(tok[1][i]), free(lp[0][i]), free(lp[1][i]);
+    }
+    printf("  decode steps with block tables widened for graphs: tokens and logprobs %s\n",
+           same ? "bit-identical" : "DIFFER");
+    CHECK(same, "widened block tables changed the generation");
+}
+
 /* ---- 3. multi-turn continuation ---------------------------------------------------- */
 
 static void test_continuation(const model_config *cfg, int paged_prefill) {
@@ -465,6 +510,7 @@ int main(void) {
     test_hf("llama");
     test_logprobs(&qwen3_cfg, "qwen3");
     test_logprobs(&qwen2_cfg, "qwen2");
+    test_graph_shapes(&qwen3_cfg);
     test_continuation(&qwen3_cfg, 0);
     test_continuation(&qwen2_cfg, 1);
     test_memory_pressure(&qwen3_cfg);

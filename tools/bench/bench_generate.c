@@ -20,7 +20,10 @@
  *    of 128 tokens, 128-token feedback appended after each): the time to
  *    prefill an appended turn against re-prefilling the whole history.
  *
- * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] */
+ * --graphs runs the engine's decode steps from captured CUDA graphs
+ * (gen_config.cuda_graphs); the launch probe and op table are unchanged.
+ *
+ * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--graphs] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,13 +283,14 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, bw = 4.27e12;
-    int quick = 0;
+    int quick = 0, graphs = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--graphs")) graphs = 1;
         else {
-            fprintf(stderr, "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick]\n");
+            fprintf(stderr, "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--graphs]\n");
             return 2;
         }
     }
@@ -310,11 +314,13 @@ int main(int argc, char **argv) {
     const int V = c->vocab_size;
 
     gen_config gc = {.page_size = 16, .cache_bytes = (size_t)24 << 30, .max_batch = 64, .max_step_tokens = 8192,
-                     .max_context = 2048};
+                     .max_context = 2048, .cuda_graphs = graphs};
     gen_engine *e;
     must(gen_create(&e, &m, &gc), "gen_create");
-    printf("engine: %d pages of 16 tokens (%.1f GB KV cache), max batch 64, prefill chunks of 8192 tokens\n",
-           gen_get_config(e)->n_pages, gen_get_config(e)->n_pages * gen_page_bytes(c, &ctx, 16) / 1e9);
+    printf("engine: %d pages of 16 tokens (%.1f GB KV cache), max batch 64, prefill chunks of 8192 tokens, "
+           "decode graphs %s\n",
+           gen_get_config(e)->n_pages, gen_get_config(e)->n_pages * gen_page_bytes(c, &ctx, 16) / 1e9,
+           graphs ? "on (--graphs)" : "off");
 
     /* Warm-up: builds every matmul plan the runs below use. */
     {
@@ -380,6 +386,12 @@ int main(int argc, char **argv) {
                "roofline\n",
                per * 1e3, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9, per / roof);
         gen_seq_free(e, s);
+    }
+
+    if (graphs) {
+        const gen_stats *gs = gen_get_stats(e);
+        printf("\n[decode graphs] %ld of %ld engine steps replayed, %ld step shapes captured\n", gs->graph_replays,
+               gs->steps, gs->graph_captures);
     }
 
     /* 3. launch overhead and where a decode step's time goes. */

@@ -1,0 +1,68 @@
+/* gen_graph.c: the decode-step graph cache of gen_graph.h: up to
+ * GEN_GRAPH_SLOTS shapes, the least recently launched one replaced. */
+#include "model/gen_graph.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+
+static int same_step(const gen_step *a, const gen_step *b) {
+    return a->T == b->T && a->n_seqs == b->n_seqs && a->n_rows == b->n_rows && a->max_pages == b->max_pages &&
+           a->fresh == b->fresh && a->gather == b->gather && a->sample == b->sample && a->tokens == b->tokens &&
+           a->pos == b->pos && a->slots == b->slots && a->cu_q == b->cu_q && a->ctx_lens == b->ctx_lens &&
+           a->block_table == b->block_table && a->rows == b->rows && a->qkv_rows == b->qkv_rows &&
+           a->params == b->params && a->out_tokens == b->out_tokens && a->out_logprobs == b->out_logprobs;
+}
+
+typedef struct {
+    gen_forward *f;
+    const gen_step *st;
+} capture_args;
+
+static void capture_body(void *user) {
+    capture_args *a = user;
+    gen_forward_run(a->f, a->st);
+}
+
+int gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *st) {
+    if (gg->disabled) return 0;
+    ops_ctx *ctx = f->m->ctx;
+    gg->tick++;
+    gen_graph_slot *victim = &gg->slot[0];
+    for (int i = 0; i < GEN_GRAPH_SLOTS; i++) {
+        gen_graph_slot *s = &gg->slot[i];
+        if (s->g && same_step(&s->key, st)) {
+            s->used = gg->tick;
+            ops_graph_launch(ctx, s->g);
+            gg->replays++;
+            return 1;
+        }
+        if (!s->g || (victim->g && s->used < victim->used)) victim = s;
+    }
+    capture_args a = {f, st};
+    ops_graph *g = ops_graph_capture(ctx, capture_body, &a);
+    if (!g) {
+        fprintf(stderr, "generation: decode steps run without graphs: %s\n", dk_error());
+        gg->disabled = 1;
+        return 0;
+    }
+    if (victim->g) {
+        /* Steps are synchronised before the next one is planned, so the
+         * graph being replaced is not running. */
+        ops_graph_free(ctx, victim->g);
+    }
+    victim->key = *st;
+    victim->g = g;
+    victim->used = gg->tick;
+    gg->captures++;
+    ops_graph_launch(ctx, g);
+    return 1;
+}
+
+void gen_graphs_free(gen_graphs *gg, ops_ctx *ctx) {
+    for (int i = 0; i < GEN_GRAPH_SLOTS; i++) {
+        if (gg->slot[i].g) ops_graph_free(ctx, gg->slot[i].g);
+        gg->slot[i].g = NULL;
+    }
+}
