@@ -207,10 +207,22 @@ def _warm_job_target(isolation):
 
 
 def _prepare_child(device):
+    """The setup a child forked ahead does before its job: the CUDA context,
+    then cuBLAS and cuDNN handles (the first matmul or convolution of a
+    process costs tens of ms more), best effort."""
     def prepare(isolation):
-        if device == "cuda":
-            torch.cuda.set_device(0)
-            torch.zeros(1, device="cuda")
+        if device != "cuda":
+            return
+        torch.cuda.set_device(0)
+        torch.zeros(1, device="cuda")
+        try:
+            a = torch.ones(8, 8, device="cuda")
+            a @ a
+            x = torch.ones(1, 1, 4, 4, device="cuda")
+            torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device="cuda"))
+            torch.cuda.synchronize()
+        except Exception:  # the job will meet the same problem and report it
+            pass
     return prepare
 
 
