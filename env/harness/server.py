@@ -451,11 +451,11 @@ class Server:
         finally:
             shutil.rmtree(child.workdir, ignore_errors=True)
         self.spare = nxt
-        if out.kind != "message":
+        res = self.outcome_result(job.get("id"), out)
+        if out.kind != "message" or res.get("status") in ("crash", "timeout"):
             # After a crash or a kill the next job gets a process forked
             # after the GPU check, not one that was set up beside the fault.
             self.drop_spare()
-        res = self.outcome_result(job.get("id"), out)
         res["phases_ms"]["child_wall"] = out.wall_s * 1000.0
         res["forked_ahead"] = ahead
         return res
