@@ -337,21 +337,22 @@ class Evaluation:
                 pending.append((mode, t, seed, inputs, args, out, unchanged, verdict))
                 outs[mode].append(out)
             launches[mode] = self.counter.candidate - before_mode
-        flags = [x for p in pending for x in ((p[6],) if p[6] is not None else ()) +
-                 ((p[7][0], p[7][1]) if p[7] is not None else ())]
-        values = torch.stack([f.to(torch.float64) for f in flags]).cpu().tolist() if flags else []
-        k = 0
+        flags = []
+        for *_, unchanged, verdict in pending:
+            if unchanged is not None:
+                flags.append(unchanged)
+            if verdict is not None:
+                flags.extend(verdict)
+        values = iter(torch.stack([f.to(torch.float64) for f in flags]).cpu().tolist() if flags else [])
         for mode, t, seed, inputs, args, out, unchanged, verdict in pending:
             if unchanged is not None:
-                same = bool(values[k])
-                k += 1
+                same = bool(next(values))
             else:
                 same = compare.mutated_input(inputs, args) is None
             if not same and first_failure is None:
                 first_failure = f"the candidate modified input {compare.mutated_input(inputs, args)} ({mode} mode, trial {t})"
             if verdict is not None:
-                ok, diff = bool(values[k]), values[k + 1]
-                k += 2
+                ok, diff = bool(next(values)), next(values)
                 message = "" if ok else compare.compare(self.ref_outs[mode][t], out, self.atol, self.rtol)[2]
             else:
                 ok, diff, message = compare.compare(self.ref_outs[mode][t], out, self.atol, self.rtol)
