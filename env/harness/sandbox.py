@@ -23,6 +23,11 @@ The child reports over a pipe created before the fork; a message only counts
 when it carries the per-job nonce, so bytes the candidate writes to the pipe
 are ignored.
 
+A child may also be forked ahead of its job (spawn_ahead, DK_KG_PREFORK in
+the server): it enters the sandbox and makes its CUDA context while the job
+before it runs, then reads its job from a pipe. The running job's gate pipe
+(wait_gate) holds its timed calls until that setup is over.
+
 In the server, while the child runs: a wall-clock deadline, and a watchdog
 that walks the server's descendants in /proc (the server is a child
 subreaper, so processes that escape the group with setsid or double forks
