@@ -39,7 +39,7 @@ size_t progress_format(char *buf, size_t n, const char *label, long done, long t
     }
     format_duration(el, sizeof el, elapsed);
     if (total <= 0 || d >= total) strcpy(eta, "0:00");
-    if (d > 0 && elapsed > 0) {
+    if (d > 0 && elapsed >= 0.01) { /* a rate over a few ms of clock is noise */
         double r = (double)d / elapsed;
         if (r >= 1) snprintf(rate, sizeof rate, "%.1f/s", r);
         else snprintf(rate, sizeof rate, "%.1fs/it", 1 / r);
