@@ -397,7 +397,10 @@ def spawn_ahead(prepare, runner, limits, workdir, env, writable_dirs, key=None):
     start), signals ready and waits. send_job() then hands it a JSON payload
     for runner(payload, isolation); finish() supervises it like run()."""
     def body(isolation, job_fd, ready_fd):
-        prepare(isolation)
+        try:
+            prepare(isolation)
+        except Exception:  # the job meets the same failure and reports it in its own words
+            pass
         try:  # the server may have stopped listening: its job came first
             os.write(ready_fd, b"r")
         except OSError:
