@@ -14,7 +14,8 @@
  * aligned operands and the choice must stay valid for the next call.
  *
  * Operands must not live in ctx->scratch: a bf16 product with a small output
- * and a long K is staged there in fp32 (see cuda_matmul). */
+ * and a long K is staged there in fp32 (see cuda_matmul). Products of at most
+ * 8 rows by a transposed weight matrix go to matmul_gemv.cu instead. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,10 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
         }
         return;
     }
+
+    /* One to a few rows times a weight matrix (decode steps): a kernel that
+     * streams the weights once (matmul_gemv.cu). */
+    if (cuda_matmul_gemv(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta)) return;
 
     /* A small output with a long K is where cuBLASLt splits K across blocks;
      * for a bf16 output its kernels may then add bf16-rounded partial sums

@@ -42,6 +42,10 @@ void cuda_download(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
 void cuda_upload_act(ops_ctx *ctx, void *dst, const float *src_host, size_t n);
 void cuda_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n);
 
+/* matmul_gemv.cu: 1 when it computed the product (M <= 8 rows times W^T), 0 to leave it to cuBLASLt */
+int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
+                     int trans_a, int trans_b, float alpha, float beta);
+
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);
 void cuda_graph_launch(ops_ctx *ctx, ops_graph *g);

@@ -5,7 +5,8 @@
  *   outputs, odd sizes (M, N, K in 1..97), the model's shapes, operands at
  *   2-byte offsets (cuBLASLt's unaligned kernels), beta = 0 on a NaN-filled
  *   C, K = 0 (C = beta * C), and bf16 outputs with a long K (K = 5000,
- *   5632: the products staged in fp32 so they are rounded once);
+ *   5632: the products staged in fp32 so they are rounded once), and the
+ *   few-row products x W^T of decode steps (M <= 8, matmul_gemv.cu);
  * - ops_bias_forward and ops_bias_backward (accumulating into dbias), with
  *   C a multiple of 8 (vector path) and not, over many rows; the backward
  *   twice on the same inputs gives the same bits.
@@ -77,6 +78,20 @@ static void check_matmul(ctx_pair *p) {
         worst = r > worst ? r : worst;
         cases++;
     }
+    /* Few rows times W^T (decode steps: matmul_gemv.cu for M <= 8 and K % 8
+     * == 0, cuBLASLt past 32768 columns or unaligned): both output types,
+     * alpha and beta, aligned and not. */
+    const int gemv[][3] = {{1, 2048, 2048}, {1, 6144, 2048}, {3, 257, 1000}, {8, 2048, 6144}, {5, 1, 8},
+                           {2, 40000, 64}, {7, 33, 24}};
+    for (size_t s = 0; s < sizeof gemv / sizeof gemv[0]; s++)
+        for (int cf = 0; cf < 2; cf++)
+            for (int shift = 0; shift < 2; shift++) {
+                float alpha = shift ? 0.75f : 1.0f, beta = cf ? 1.0f : (shift ? 0.5f : 0.0f);
+                double r = run_case(p, gemv[s][0], gemv[s][1], gemv[s][2], 0, 1, cf, alpha, beta, shift, 0);
+                worst = r > worst ? r : worst;
+                cases++;
+            }
+    for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 4, 100, 64, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     /* beta = 0 must not read C (NaN there stays out of the result). */
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 33, 65, 40, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     printf("matmul: %d cases, worst tolerance ratio %.3g (<= 1 passes)\n", cases, worst);
