@@ -36,6 +36,7 @@
 #include "model/generate.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "tools/bench/bench_weights.h"
 
 static const model_config qwen3_1_7b = {
     .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 28,
@@ -45,56 +46,10 @@ static const model_config qwen3_1_7b = {
 
 #define HF_ANCHOR_TPS 723.0
 
-static void must(dk_status s, const char *what) {
-    if (s != DK_OK) {
-        fprintf(stderr, "bench_generate: %s: %s\n", what, dk_error());
-        exit(1);
-    }
-}
+static void must(dk_status s, const char *what) { bench_must("bench_generate", s, what); }
 
 static uint64_t rng = 88172645463325252ull;
-static uint64_t next_u64(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static float next_normal(void) {
-    double u1 = ((next_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (next_u64() >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-/* Random weights, fast: one block of normal values reused across buffers
- * (the speed of the engine does not depend on the values), norms at 1. */
-static void init_weights(model *m) {
-    const size_t BLOCK = (size_t)1 << 24;
-    float *blk = dk_malloc(BLOCK * sizeof(float));
-    for (size_t i = 0; i < BLOCK; i++) blk[i] = 0.02f * next_normal();
-    const param_layout *pl = &m->layout;
-    size_t off = 0;
-#define FILL(ptr, n)                                                                          \
-    for (size_t i0 = 0; i0 < (n); i0 += BLOCK) {                                              \
-        size_t k = (n) - i0 < BLOCK ? (n) - i0 : BLOCK;                                       \
-        size_t s = (off += 4099) % (BLOCK - k + 1);                                           \
-        ops_upload_act(m->ctx, (char *)(ptr) + i0 * ops_act_size(m->ctx), blk + s, k);        \
-    }
-    FILL(m->params.embed, pl->embed_size);
-    for (int l = 0; l < m->cfg.n_layers; l++) FILL(m->params.layers[l], pl->layer_size);
-#undef FILL
-    float *ones = dk_malloc((size_t)m->cfg.hidden_size * sizeof(float));
-    for (int i = 0; i < m->cfg.hidden_size; i++) ones[i] = 1.0f;
-    ops_upload_act(m->ctx, m->params.final_norm, ones, (size_t)m->cfg.hidden_size);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const dk_layer_tensor norms[] = {P_ATTN_NORM, P_MLP_NORM, P_Q_NORM, P_K_NORM};
-        for (int j = 0; j < 4; j++)
-            if (pl->size[norms[j]])
-                ops_upload_act(m->ctx, param_layer_ptr(&m->params, pl, l, norms[j]), ones, pl->size[norms[j]]);
-    }
-    ops_sync(m->ctx);
-    free(ones);
-    free(blk);
-}
+static uint64_t next_u64(void) { return bench_next_u64(&rng); }
 
 static double weight_bytes(const model *m) {
     const param_layout *pl = &m->layout;
@@ -307,7 +262,7 @@ int main(int argc, char **argv) {
     model m;
     must(model_create(&m, c, &ctx, 8, 0), "model_create");
     double t0 = dk_now();
-    init_weights(&m);
+    bench_random_weights(&m, 88172645463325252ull);
     printf("model: Qwen3-1.7B shape, %.2f GB of bf16 weights (initialised in %.1f s)\n", weight_bytes(&m) / 1e9,
            dk_now() - t0);
     const double W = weight_bytes(&m), KVT = kv_token_bytes(c);

@@ -48,6 +48,7 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "tools/bench/bench_weights.h"
 
 #define PEAK_TFLOPS 989.0 /* H200 dense bf16, datasheet */
 #define TARGET_RATIO 1.3
@@ -93,60 +94,10 @@ typedef struct {
     const char *hf_src; /* "torch_train.py", "--hf FILE", "anchor" or NULL */
 } result;
 
-static void must(dk_status s, const char *what) {
-    if (s != DK_OK) {
-        fprintf(stderr, "bench_train: %s: %s\n", what, dk_error());
-        exit(1);
-    }
-}
+static void must(dk_status s, const char *what) { bench_must("bench_train", s, what); }
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint64_t next_u64(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-static float next_normal(void) {
-    double u1 = ((next_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = (next_u64() >> 11) * (1.0 / 9007199254740992.0);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-/* Random weights, fast: one block of normal(0, 0.02) values uploaded at
- * shifting offsets (the speed of a step does not depend on the values, and a
- * 1.7B model drawn value by value on the host takes longer than the whole
- * benchmark), every norm weight 1. */
-static void init_weights(model *m) {
-    const size_t BLOCK = (size_t)1 << 22;
-    float *blk = dk_malloc(BLOCK * sizeof(float));
-    for (size_t i = 0; i < BLOCK; i++) blk[i] = 0.02f * next_normal();
-    const param_layout *pl = &m->layout;
-    const size_t A = ops_act_size(m->ctx);
-    size_t off = 0;
-#define FILL(ptr, n)                                                                      \
-    for (size_t i0 = 0; i0 < (n); i0 += BLOCK) {                                          \
-        size_t k = (n) - i0 < BLOCK ? (n) - i0 : BLOCK;                                   \
-        size_t s = (off += 4099) % (BLOCK - k + 1);                                       \
-        ops_upload_act(m->ctx, (char *)(ptr) + i0 * A, blk + s, k);                       \
-    }
-    FILL(m->params.embed, pl->embed_size);
-    for (int l = 0; l < m->cfg.n_layers; l++) FILL(m->params.layers[l], pl->layer_size);
-    if (pl->lm_head_size) FILL(m->params.lm_head, pl->lm_head_size);
-#undef FILL
-    const int C = m->cfg.hidden_size, D = m->cfg.head_dim, n1 = C > D ? C : D;
-    float *ones = dk_malloc((size_t)n1 * sizeof(float));
-    for (int i = 0; i < n1; i++) ones[i] = 1.0f;
-    ops_upload_act(m->ctx, m->params.final_norm, ones, pl->final_norm_size);
-    const dk_layer_tensor norms[] = {P_ATTN_NORM, P_MLP_NORM, P_Q_NORM, P_K_NORM};
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        for (int j = 0; j < 4; j++)
-            if (pl->size[norms[j]])
-                ops_upload_act(m->ctx, param_layer_ptr(&m->params, pl, l, norms[j]), ones, pl->size[norms[j]]);
-    ops_sync(m->ctx); /* the host blocks are freed next */
-    free(ones);
-    free(blk);
-}
+static uint64_t next_u64(void) { return bench_next_u64(&rng); }
 
 /* Non-embedding parameters: the layers and the final norm. */
 static double n_nonembedding(const model *m) {
@@ -180,7 +131,7 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     model m;
     must(model_create(&m, c, &ctx, T, recompute), "model_create");
     double t0 = dk_now();
-    init_weights(&m);
+    bench_random_weights(&m, 0x2545f4914f6cdd1dull);
     double t_init = dk_now() - t0;
 
     /* The batch: B random sequences of S tokens; each token's target is the
