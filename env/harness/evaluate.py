@@ -58,6 +58,15 @@ CPU_STRICT_SEQUENCE_CALLS = 6
 VERIFY_SAMPLE_ELEMENTS = 1 << 16
 
 
+def cuda_context():
+    """The child's CUDA context on its one visible GPU (cheap once made: a
+    child forked ahead makes it before its job arrives)."""
+    torch.cuda.set_device(0)
+    device = torch.device("cuda", 0)
+    torch.zeros(1, device=device)
+    return device
+
+
 class Stop(Exception):
     """Ends the evaluation early; the result already says why."""
 
@@ -219,9 +228,7 @@ class Evaluation:
 
     def _setup_device_inner(self):
         if self.job["device"] == "cuda":
-            torch.cuda.set_device(0)
-            self.device = torch.device("cuda", 0)
-            torch.zeros(1, device=self.device)
+            self.device = cuda_context()
             self.res["gpu_name"] = torch.cuda.get_device_name(0)
         else:
             self.device = torch.device("cpu")

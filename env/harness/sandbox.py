@@ -255,7 +255,7 @@ def kill_all_descendants(child_pid=None, rounds=50, spares_too=False):
     if spares_too:
         _spares.clear()
     for _ in range(rounds):
-        pids, _ = descendants(skip=set(_spares))
+        pids, _ = descendants(skip=_spares)
         if not pids:
             _reap()
             return True
@@ -331,9 +331,10 @@ def wait_gate(timeout_s=GATE_TIMEOUT_S):
 
 
 def _fork(limits, workdir, env, writable_dirs, body, ahead):
-    """Forks a sandboxed child that runs body(isolation, job_fd) and reports
-    the dict it returns. An ahead child first signals on its ready pipe,
-    then waits for its job on the job pipe."""
+    """Forks a sandboxed child that runs body(isolation, job_fd, ready_fd)
+    and reports the dict it returns. Only an ahead child gets the job and
+    ready pipes (None otherwise): it signals on the second once set up, then
+    reads its job from the first."""
     _prune_retired()
     rfd, wfd = os.pipe()
     gr, gw = os.pipe()

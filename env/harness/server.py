@@ -213,8 +213,7 @@ def _prepare_child(device):
     def prepare(isolation):
         if device != "cuda":
             return
-        torch.cuda.set_device(0)
-        torch.zeros(1, device="cuda")
+        evaluate.cuda_context()
         try:
             a = torch.ones(8, 8, device="cuda")
             a @ a
@@ -247,6 +246,7 @@ class Server:
         self.cache_dir = os.environ.get("DK_KG_CACHE") or os.path.join(
             os.path.expanduser("~"), ".cache", "drkernel", "kernelgym")
         self.compile_dirs = {name: os.path.join(self.cache_dir, name) for name in ("triton", "nv", "inductor")}
+        self.writable_dirs = list(self.compile_dirs.values())  # besides the job's own directory
         for d in list(self.compile_dirs.values()) + [os.path.join(self.cache_dir, "ref")]:
             os.makedirs(d, exist_ok=True)
         base = os.environ.get("DK_KG_TMP") or tempfile.gettempdir()
@@ -299,13 +299,22 @@ class Server:
             env["CUDA_VISIBLE_DEVICES"] = self.visible
         return env
 
-    def run_child(self, target, device, gpu, limits):
+    def start_child(self, target, device, gpu, limits):
+        """A sandboxed child calling target(isolation) in a new job directory."""
         workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
+        return sandbox.start(target, limits, workdir, self.child_env(workdir, device, gpu), self.writable_dirs)
+
+    @staticmethod
+    def finish_child(child, next_spare=None):
+        """Supervises a child to its end (sandbox.finish); its job directory
+        goes with it."""
         try:
-            env = self.child_env(workdir, device, gpu)
-            return sandbox.run(target, limits, workdir, env, list(self.compile_dirs.values()))
+            return sandbox.finish(child, next_spare=next_spare)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(child.workdir, ignore_errors=True)
+
+    def run_child(self, target, device, gpu, limits):
+        return self.finish_child(self.start_child(target, device, gpu, limits))
 
     @staticmethod
     def limits(opts, device, timeout_s=None):
@@ -417,7 +426,7 @@ class Server:
         workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
         try:
             return sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir,
-                                       self.child_env(workdir, device, gpu), list(self.compile_dirs.values()), key)
+                                       self.child_env(workdir, device, gpu), self.writable_dirs, key)
         except OSError as e:
             shutil.rmtree(workdir, ignore_errors=True)
             log(f"cannot fork a child ahead ({e}); jobs start their own")
@@ -442,17 +451,12 @@ class Server:
                 shutil.rmtree(spare.workdir, ignore_errors=True)
         self.drop_spare()
         if child is None:
-            workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
-            child = sandbox.start(lambda iso: evaluate.evaluate(job, opts, iso), limits, workdir,
-                                  self.child_env(workdir, device, gpu), list(self.compile_dirs.values()))
+            child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits)
         nxt = self.spawn_spare(key, limits, device, gpu) if self.prefork else None
-        try:
-            out = sandbox.finish(child, next_spare=nxt)
-        finally:
-            shutil.rmtree(child.workdir, ignore_errors=True)
+        out = self.finish_child(child, next_spare=nxt)
         self.spare = nxt
         res = self.outcome_result(job.get("id"), out)
-        if out.kind != "message" or res.get("status") in ("crash", "timeout"):
+        if res["status"] in ("crash", "timeout"):
             # After a crash or a kill the next job gets a process forked
             # after the GPU check, not one that was set up beside the fault.
             self.drop_spare()
