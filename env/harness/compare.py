@@ -151,6 +151,18 @@ class SampledVerdicts:
         return deferred_verdict(self.refs[p], sampled, self.atol, self.rtol)
 
 
+def read_back(flags):
+    """Device scalars (bools, diffs) as Python floats, with one synchronisation."""
+    if not flags:
+        return []
+    return torch.stack([f.to(torch.float64) for f in flags]).cpu().tolist()
+
+
+def _same_values(a, b):
+    """Elementwise a == b on the device, NaN equal to NaN."""
+    return (a == b) | (torch.isnan(a) & torch.isnan(b)) if a.is_floating_point() else (a == b)
+
+
 def deferred_unchanged(before, after):
     """mutated_input's test left on the device: a 0-dim bool tensor, true
     when every tensor input kept its values; None when the host must look
@@ -160,8 +172,7 @@ def deferred_unchanged(before, after):
         if isinstance(b, torch.Tensor):
             if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
                 return None
-            same = (a == b) | (torch.isnan(a) & torch.isnan(b)) if a.is_floating_point() else (a == b)
-            same = same.all()
+            same = _same_values(a, b).all()
             flag = same if flag is None else flag & same
     return flag
 
@@ -172,8 +183,7 @@ def mutated_input(before, after):
         if isinstance(b, torch.Tensor):
             if a.shape != b.shape or a.dtype != b.dtype:
                 return i
-            same = (a == b) | (torch.isnan(a) & torch.isnan(b)) if a.is_floating_point() else (a == b)
-            if not bool(same.all()):
+            if not bool(_same_values(a, b).all()):
                 return i
     return None
 

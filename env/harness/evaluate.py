@@ -350,7 +350,7 @@ class Evaluation:
                 flags.append(unchanged)
             if verdict is not None:
                 flags.extend(verdict)
-        values = iter(torch.stack([f.to(torch.float64) for f in flags]).cpu().tolist() if flags else [])
+        values = iter(compare.read_back(flags))
         for mode, t, seed, inputs, args, out, unchanged, verdict in pending:
             if unchanged is not None:
                 same = bool(next(values))

@@ -114,8 +114,8 @@ def run_sequence(model, pool, pick, calls, warmup, device, timers=None, flusher=
 def _read_verdicts(pending, res):
     if not pending:
         return
-    oks = torch.stack([ok for _, (ok, _) in pending]).cpu().tolist()
-    diffs = torch.stack([d for _, (_, d) in pending]).cpu().tolist()
+    values = compare.read_back([x for _, verdict in pending for x in verdict])
+    oks, diffs = values[0::2], values[1::2]
     res.max_abs_diff = max([res.max_abs_diff] + diffs)
     for (i, _), ok, d in zip(pending, oks, diffs):
         if not ok:
