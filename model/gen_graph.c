@@ -25,8 +25,8 @@ static void capture_body(void *user) {
     gen_forward_run(a->f, a->st);
 }
 
-int gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *st) {
-    if (gg->disabled) return 0;
+gen_graph_result gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *st) {
+    if (gg->disabled) return GEN_GRAPH_NONE;
     ops_ctx *ctx = f->m->ctx;
     gg->tick++;
     gen_graph_slot *victim = &gg->slot[0];
@@ -35,8 +35,7 @@ int gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *st) {
         if (s->g && same_step(&s->key, st)) {
             s->used = gg->tick;
             ops_graph_launch(ctx, s->g);
-            gg->replays++;
-            return 1;
+            return GEN_GRAPH_REPLAYED;
         }
         if (!s->g || (victim->g && s->used < victim->used)) victim = s;
     }
@@ -45,7 +44,7 @@ int gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *st) {
     if (!g) {
         fprintf(stderr, "generation: decode steps run without graphs: %s\n", dk_error());
         gg->disabled = 1;
-        return 0;
+        return GEN_GRAPH_NONE;
     }
     if (victim->g) {
         /* Steps are synchronised before the next one is planned, so the
@@ -55,9 +54,8 @@ int gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *st) {
     victim->key = *st;
     victim->g = g;
     victim->used = gg->tick;
-    gg->captures++;
     ops_graph_launch(ctx, g);
-    return 1;
+    return GEN_GRAPH_CAPTURED;
 }
 
 void gen_graphs_free(gen_graphs *gg, ops_ctx *ctx) {

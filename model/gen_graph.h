@@ -29,13 +29,18 @@ typedef struct gen_graphs {
     gen_graph_slot slot[GEN_GRAPH_SLOTS];
     uint64_t tick;
     int disabled;       /* a capture failed: every step runs directly */
-    long captures, replays;
 } gen_graphs;
 
-/* Runs the step through a graph (captured now when its shape is new);
- * returns 0 when it ran nothing, graphs being off or out of reach (CPU, a
- * failed capture: said once on stderr): the caller runs gen_forward_run. */
-int gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *st);
+typedef enum {
+    GEN_GRAPH_NONE = 0,  /* nothing ran: the caller runs gen_forward_run */
+    GEN_GRAPH_REPLAYED,  /* a graph of this shape was launched */
+    GEN_GRAPH_CAPTURED,  /* the shape was new: captured, then launched */
+} gen_graph_result;
+
+/* Runs the step through a graph (captured now when its shape is new), or
+ * nothing when graphs are out of reach (CPU, a failed capture: said once on
+ * stderr, and graphs stay off). */
+gen_graph_result gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *st);
 void gen_graphs_free(gen_graphs *gg, ops_ctx *ctx);
 
 #endif

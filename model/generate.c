@@ -392,10 +392,11 @@ static int run_step(gen_engine *e, const step_entry *en, int n, int sample, cons
 #undef DEV
     double t0 = dk_now();
     /* On the CPU the widened block table is all a graph step changes. */
-    const int replay = graph && e->ctx->device == DK_DEVICE_CUDA;
-    if (!(replay && gen_graphs_run(&e->graphs, &e->fwd, &st))) gen_forward_run(&e->fwd, &st);
-    e->stats.graph_captures = e->graphs.captures;
-    e->stats.graph_replays = e->graphs.replays;
+    const gen_graph_result gr = graph && e->ctx->device == DK_DEVICE_CUDA ? gen_graphs_run(&e->graphs, &e->fwd, &st)
+                                                                           : GEN_GRAPH_NONE;
+    if (gr == GEN_GRAPH_NONE) gen_forward_run(&e->fwd, &st);
+    e->stats.graph_captures += gr == GEN_GRAPH_CAPTURED;
+    e->stats.graph_replays += gr == GEN_GRAPH_REPLAYED;
     if (sample && rows) ops_download(e->ctx, e->out_host, e->out_dev, 2 * (size_t)rows * sizeof(int32_t));
     else ops_sync(e->ctx);
     e->stats.forward_s += dk_now() - t0;
