@@ -62,6 +62,27 @@ static void must(dk_status s, const char *what) {
     }
 }
 
+/* A CPU context, a model with random weights (std 0.3: logits of std ~3)
+ * and an engine over it. */
+typedef struct {
+    ops_ctx ctx;
+    model m;
+    gen_engine *e;
+} rig;
+
+static void rig_open(rig *r, const model_config *cfg, const gen_config *gc, int max_tokens, uint64_t seed) {
+    make_ctx(&r->ctx, cfg, max_tokens, gc);
+    must(model_create(&r->m, cfg, &r->ctx, max_tokens, 0), "model_create");
+    model_init_random(&r->m, seed, 0.3f);
+    must(gen_create(&r->e, &r->m, gc), "gen_create");
+}
+
+static void rig_close(rig *r) {
+    gen_free(r->e);
+    model_free(&r->m);
+    ops_ctx_free(&r->ctx);
+}
+
 static gen_seq *new_prompt(gen_engine *e, uint64_t seed, int len, int V) {
     gen_seq *s = gen_seq_new(e, seed);
     int32_t *p = dk_malloc((size_t)len * sizeof(int32_t));
@@ -176,13 +197,10 @@ static double compare_logprobs(model *m, gen_seq **seqs, int n, float temperatur
 
 static void test_logprobs(const model_config *cfg, const char *name) {
     gen_config gc = {.page_size = 4, .n_pages = 600, .max_batch = 8, .max_step_tokens = 512, .max_context = 512};
-    ops_ctx ctx;
-    make_ctx(&ctx, cfg, 512, &gc);
-    model m;
-    must(model_create(&m, cfg, &ctx, 512, 0), "model_create");
-    model_init_random(&m, 5, 0.3f);
-    gen_engine *e;
-    must(gen_create(&e, &m, &gc), "gen_create");
+    rig rg;
+    rig_open(&rg, cfg, &gc, 512, 5);
+    gen_engine *e = rg.e;
+    model *m = &rg.m;
     /* Decode steps of 1..7 tokens (fused q|k|v projection), a first prefill
      * step of 381 tokens (separate projections). */
     enum { N = 7 };
@@ -194,16 +212,14 @@ static void test_logprobs(const model_config *cfg, const char *name) {
         must(gen_run(e, seqs, N, &p), "gen_run");
         double mean;
         int cnt;
-        double worst = compare_logprobs(&m, seqs, N, p.temperature, &mean, &cnt);
+        double worst = compare_logprobs(m, seqs, N, p.temperature, &mean, &cnt);
         printf("  %s %-7s rollout logprobs vs training forward: %d tokens, mean|diff| %.2e max|diff| %.2e\n", name,
                greedy ? "greedy" : "sampled", cnt, mean, worst);
         CHECK(cnt == N * 20, "expected %d sampled tokens, got %d", N * 20, cnt);
         CHECK(worst <= 2e-5, "%s: recorded logprobs differ from the training forward by %.3e", name, worst);
         for (int i = 0; i < N; i++) gen_seq_free(e, seqs[i]);
     }
-    gen_free(e);
-    model_free(&m);
-    ops_ctx_free(&ctx);
+    rig_close(&rg);
 }
 
 /* Decode steps planned for graphs (cuda_graphs = 1) widen their block
@@ -217,13 +233,9 @@ static void test_graph_shapes(const model_config *cfg) {
     for (int mode = 0; mode < 2; mode++) {
         gen_config gc = {.page_size = 2, .n_pages = 400, .max_batch = 8, .max_step_tokens = 256,
                          .max_context = 256, .cuda_graphs = mode};
-        ops_ctx ctx;
-        make_ctx(&ctx, cfg, 256, &gc);
-        model m;
-        must(model_create(&m, cfg, &ctx, 256, 0), "model_create");
-        model_init_random(&m, 9, 0.3f);
-        gen_engine *e;
-        must(gen_create(&e, &m, &gc), "gen_create");
+        rig rg;
+        rig_open(&rg, cfg, &gc, 256, 9);
+        gen_engine *e = rg.e;
         gen_seq *seqs[N];
         for (int i = 0; i < N; i++) seqs[i] = new_prompt(e, 40 + (uint64_t)i, lens[i], cfg->vocab_size);
         gen_params p = {.temperature = 0.9f, .top_p = 0.95f, .max_new_tokens = NEW};
@@ -236,9 +248,7 @@ static void test_graph_shapes(const model_config *cfg) {
             CHECK(seqs[i]->n_tokens == lens[i] + NEW, "graph shapes: sequence %d has %d tokens", i, seqs[i]->n_tokens);
             gen_seq_free(e, seqs[i]);
         }
-        gen_free(e);
-        model_free(&m);
-        ops_ctx_free(&ctx);
+        rig_close(&rg);
     }
     int same = 1;
     for (int i = 0; i < N; i++) {
@@ -256,13 +266,9 @@ static void test_graph_shapes(const model_config *cfg) {
 static void test_continuation(const model_config *cfg, int paged_prefill) {
     gen_config gc = {.page_size = 4, .n_pages = 120, .max_batch = 4, .max_step_tokens = 16, .max_context = 128,
                      .paged_prefill = paged_prefill};
-    ops_ctx ctx;
-    make_ctx(&ctx, cfg, 16, &gc);
-    model m;
-    must(model_create(&m, cfg, &ctx, 16, 0), "model_create");
-    model_init_random(&m, 9, 0.3f);
-    gen_engine *e;
-    must(gen_create(&e, &m, &gc), "gen_create");
+    rig rg;
+    rig_open(&rg, cfg, &gc, 16, 9);
+    gen_engine *e = rg.e;
     const int V = cfg->vocab_size;
     gen_seq *a = new_prompt(e, 1, 21, V), *b = new_prompt(e, 2, 6, V); /* 21 > max_step_tokens: chunked */
     gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 9};
@@ -302,9 +308,7 @@ static void test_continuation(const model_config *cfg, int paged_prefill) {
     printf("  turn 3 after continuation vs after fresh prefill: tokens %s\n", same ? "identical" : "DIFFERENT");
     CHECK(same, "a continued conversation sampled other tokens than its fresh copy");
     free(cont), free(fresh);
-    gen_free(e);
-    model_free(&m);
-    ops_ctx_free(&ctx);
+    rig_close(&rg);
 }
 
 /* ---- 4. memory pressure ---------------------------------------------------------- */
@@ -405,13 +409,10 @@ static int stop_after_five(void *user, const gen_seq *s) { return s->n_tokens - 
 
 static void test_stops(const model_config *cfg) {
     gen_config gc = {.page_size = 8, .n_pages = 64, .max_batch = 4, .max_step_tokens = 64, .max_context = 100};
-    ops_ctx ctx;
-    make_ctx(&ctx, cfg, 64, &gc);
-    model m;
-    must(model_create(&m, cfg, &ctx, 64, 0), "model_create");
-    model_init_random(&m, 13, 0.3f);
-    gen_engine *e;
-    must(gen_create(&e, &m, &gc), "gen_create");
+    rig rg;
+    rig_open(&rg, cfg, &gc, 64, 13);
+    gen_engine *e = rg.e;
+    model *m = &rg.m;
     const int V = cfg->vocab_size;
 
     /* A reference greedy turn, then the same turn with its 6th token as a stop token. */
@@ -496,12 +497,10 @@ static void test_stops(const model_config *cfg) {
     CHECK(gen_run(e, twice, 2, &p) == DK_ERR_USAGE && strstr(dk_error(), "twice"), "duplicate sequence accepted");
     gen_engine *e2;
     gen_config small = {.page_size = 8, .n_pages = 3, .max_context = 100};
-    CHECK(gen_create(&e2, &m, &small) == DK_ERR_USAGE && strstr(dk_error(), "cannot hold"),
+    CHECK(gen_create(&e2, m, &small) == DK_ERR_USAGE && strstr(dk_error(), "cannot hold"),
           "a cache smaller than one sequence was accepted");
     printf("  errors: %s\n", dk_error());
-    gen_free(e);
-    model_free(&m);
-    ops_ctx_free(&ctx);
+    rig_close(&rg);
 }
 
 int main(void) {
