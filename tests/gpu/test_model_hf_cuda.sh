@@ -21,7 +21,7 @@ dump="${DK_BUILD:-build}/tests/model_hf_dump"
 src="${DK_SOURCE:-.}"
 device="${DK_TEST_DEVICE:-cuda}"
 if [ "$device" = cuda ]; then
-  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || { echo "no GPU: skipped"; exit 77; }
+  . "$(dirname "$0")/need_gpu.sh"
   "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null \
     || { echo "torch sees no CUDA GPU: skipped"; exit 77; }
   expect=bf16

@@ -7,7 +7,7 @@
 set -eu
 train="${DK_BUILD:-build}/train"
 py="${DK_PYTHON:-python3}"
-command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || { echo "no GPU: skipped"; exit 77; }
+. "$(dirname "$0")/need_gpu.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$train" configs/tiny-sft.ini run.device=cuda run.dir="$tmp/sft" > "$tmp/sft.log" || { tail -20 "$tmp/sft.log"; exit 1; }

@@ -37,7 +37,7 @@ def meta(source):
 
 def expected_statuses(m, device):
     """The statuses a fault may end with on DEVICE ("cpu" or "cuda")."""
-    spec = m.get("expect-status-gpu") if device == "cuda" and "expect-status-gpu" in m else m["expect-status"]
+    spec = m.get("expect-status-gpu", m["expect-status"]) if device == "cuda" else m["expect-status"]
     return [s.strip() for s in spec.split("|") if s.strip()]
 
 
