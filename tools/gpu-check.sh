@@ -40,5 +40,5 @@ hf=$($DK_PYTHON tools/bench/bench_generate_hf.py 2>"$out/bench_generate_hf.err" 
 build/bench_generate ${hf:+--hf-tps $hf} $q > "$out/bench_generate.log" 2>&1
 build/bench_generate ${hf:+--hf-tps $hf} --graphs --quick > "$out/bench_generate_graphs.log" 2>&1
 $DK_PYTHON tools/bench/bench_kernelgym.py > "$out/bench_kernelgym.log" 2>&1
-$DK_PYTHON tools/bench/bench_kernelgym.py --prefork > "$out/bench_kernelgym_prefork.log" 2>&1
+$DK_PYTHON tools/bench/bench_kernelgym.py --no-prefork > "$out/bench_kernelgym_noprefork.log" 2>&1
 for f in "$out"/bench_*.log; do echo "== $f"; grep -iE "ratio|x torch|roofline|fraction|overhead|jobs|TFLOP|TB/s|graphs|MFU" "$f" | head -20; done

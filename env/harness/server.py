@@ -13,15 +13,16 @@ when fd 3 is not open; logs go to stderr. The first line written is
 
 Line kinds: a job (see env.harness.protocol), {"kind": "ping"} answered
 {"pong": true}, {"kind": "gpu_check", "gpu": N} answered {"gpu_ok": ...},
-{"kind": "status"} answered {"spare_pid": PID or null} (DK_KG_PREFORK).
+{"kind": "status"} answered {"spare_pid": PID or null} (see DK_KG_PREFORK).
 
 Environment: DK_KG_CACHE (cache dir, default ~/.cache/drkernel/kernelgym:
 reference timings, Triton and CUDA compile caches), DK_KG_TMP (where job
 directories are made, default the system temp dir), DK_KGPROF_LIB / DK_BUILD
 (where libkgprof.so is), DK_KG_PYPROFILE (N > 0: each result carries the
-child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (1: fork each
-job's child during the job before it, sandbox and CUDA context ready; the
-job before waits for that setup to end before its timed calls).
+child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (default 1:
+fork each job's child during the job before it, sandbox and CUDA context
+ready; the job before waits for that setup to end before its timed calls;
+0 forks each child when its job arrives).
 """
 
 import importlib
@@ -257,7 +258,7 @@ class Server:
         self.versions = {"torch": torch.__version__, "triton": triton.__version__}
         self.cuda = False
         self.gpus = []
-        self.prefork = os.environ.get("DK_KG_PREFORK", "0") == "1"
+        self.prefork = os.environ.get("DK_KG_PREFORK", "1") != "0"
         self.spare = None
         self.isolation = {}
         try:

@@ -41,8 +41,9 @@ def main():
                     help="measure from the first evaluation (compiles and reference timings included)")
     ap.add_argument("--cache", help="cache dir (default: a fresh temporary one)")
     ap.add_argument("--report", help="write the per-job numbers as JSON here")
-    ap.add_argument("--prefork", action="store_true",
-                    help="DK_KG_PREFORK=1: each job's child is forked and set up during the job before it")
+    ap.add_argument("--no-prefork", dest="prefork", action="store_false",
+                    help="DK_KG_PREFORK=0: fork each job's child only when the job arrives "
+                         "(default: forked and set up during the job before it)")
     ap.add_argument("--pyprofile", type=int, default=0,
                     help="N > 0: profile each evaluation child and print the last job's N costliest calls")
     args = ap.parse_args()
@@ -51,8 +52,7 @@ def main():
     env = {"DK_KG_CACHE": cache}
     if args.pyprofile > 0:
         env["DK_KG_PYPROFILE"] = str(args.pyprofile)
-    if args.prefork:
-        env["DK_KG_PREFORK"] = "1"
+    env["DK_KG_PREFORK"] = "1" if args.prefork else "0"
     t0 = time.monotonic()
     server = HarnessServer(env=env)
     startup = time.monotonic() - t0
@@ -100,7 +100,7 @@ def main():
 
     print(f"server start {startup:.1f} s; {args.jobs} evaluations on GPU {args.gpu}, {args.perf_trials} timed calls "
           f"each{' after a cold pass over the ' + str(len(cands)) + ' candidates' if args.cold_pass else ''}"
-          f"{'; children forked ahead (DK_KG_PREFORK=1)' if args.prefork else ''}")
+          f"{'; children forked ahead' if args.prefork else '; children forked when the job arrives (--no-prefork)'}")
     print(f"{'job':>7} {'candidate':52s} {'status':8s} {'wall s':>7} {'gpu s':>7} {'ovh s':>7} {'speedup':>8}  phases ms")
     for r in rows:
         ph = r["phases_ms"] or {}
