@@ -16,12 +16,18 @@ extern "C" {
 void cuda_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
                    const int32_t *slot_mapping, int T, int Hkv, int D);
 
-/* paged_attention.cu: tensor-core flash decoding over pages; splits long
- * contexts along the keys when the batch alone cannot fill the GPU, with
- * fp32 partial results in ctx->scratch merged by a second kernel. */
+/* paged_attention.cu: flash decoding over pages: a warp kernel for few
+ * query rows per sequence (paged_decode.cu), a tensor-core kernel for
+ * continuation prefills, a plain one for other head dims; long contexts are
+ * split along the keys when the batch alone cannot fill the GPU, with fp32
+ * partial results in ctx->scratch merged by a second kernel.
+ * cuda_paged_attention_force pins one kernel for every later call (tests
+ * and benchmarks compare them); PA_KERNEL_AUTO restores the choice. */
 void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
                           const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
                           int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale);
+enum { PA_KERNEL_AUTO, PA_KERNEL_DECODE, PA_KERNEL_MMA, PA_KERNEL_PLAIN };
+void cuda_paged_attention_force(int kind);
 
 /* sample.cu: one block per row; radix selections for top-k / top-p. */
 void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float *logits, const sample_params *params, int n,

@@ -30,21 +30,13 @@
  * fp32 kernel (one warp per query row, online softmax). */
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda_infer.h"
+#include "kernels/paged_common.cuh"
 
 #define PA_KT 64      /* keys per stage */
 #define PA_ROWS 64    /* query rows per CTA tile */
 #define PA_WARPS 4
 #define PA_THREADS (PA_WARPS * 32)
 #define PA_MAX_DEVICES 64
-
-struct pa_args {
-    bf16 *out;
-    const bf16 *q, *kc, *vc;
-    const int32_t *bt, *ctx_lens, *cu_q;
-    float *part_o, *part_lse; /* [nsplit, T, Hq, D], [nsplit, T, Hq] when nsplit > 1 */
-    int max_pages, n_seqs, T, Hq, Hkv, G, page_size, chunk, nsplit;
-    float scale_log2; /* scale * log2(e) */
-};
 
 /* ---- PTX wrappers -------------------------------------------------------------- */
 
@@ -389,13 +381,7 @@ __global__ void paged_attention_plain(pa_args a, int D) {
     const int rowid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int t = rowid / a.Hq, head = rowid % a.Hq, split = blockIdx.y;
     if (t >= a.T) return;
-    int lo = 0, hi = a.n_seqs; /* the sequence holding token t: cu_q[s] <= t < cu_q[s+1] */
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        if (a.cu_q[mid + 1] <= t) lo = mid + 1;
-        else hi = mid;
-    }
-    const int s = lo;
+    const int s = pa_seq_of(a, t);
     if (s >= a.n_seqs) {
         if (split == 0)
             for (int d = lane; d < D; d += 32) a.out[((size_t)t * a.Hq + head) * D + d] = __float2bfloat16_rn(0.0f);
@@ -435,19 +421,18 @@ __global__ void paged_attention_plain(pa_args a, int D) {
 /* ---- merge of the splits ------------------------------------------------------------ */
 
 /* One warp per (token, head): the splits that hold a visible key of the
- * row (x < ceil(row_end / chunk)), weighted by 2^(lse_x - lse). */
-__global__ void paged_attention_merge(pa_args a, int D) {
-    const int lane = threadIdx.x & 31;
+ * row (x < ceil(row_end / chunk)), weighted by 2^(lse_x - lse). Lane x
+ * holds split x's weight (32 splits at a time), so the reads of the
+ * partials are independent and in flight together; they are added in split
+ * order (deterministic). */
+#define PA_MERGE_UNROLL 4
+template <int KD> /* ceil(D / 32): head-dim values per lane */
+__global__ void paged_attention_merge(pa_args a) {
+    const int lane = threadIdx.x & 31, D = a.D;
     const int rowid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int t = rowid / a.Hq, head = rowid % a.Hq;
     if (t >= a.T) return;
-    int lo = 0, hi = a.n_seqs;
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        if (a.cu_q[mid + 1] <= t) lo = mid + 1;
-        else hi = mid;
-    }
-    const int s = lo;
+    const int s = pa_seq_of(a, t);
     bf16 *dst = a.out + ((size_t)t * a.Hq + head) * D;
     if (s >= a.n_seqs) {
         for (int d = lane; d < D; d += 32) dst[d] = __float2bfloat16_rn(0.0f);
@@ -456,20 +441,67 @@ __global__ void paged_attention_merge(pa_args a, int D) {
     const int nq = a.cu_q[s + 1] - a.cu_q[s], i = t - a.cu_q[s];
     const int row_end = a.ctx_lens[s] - nq + i + 1;
     const int nx = min(a.nsplit, (row_end + a.chunk - 1) / a.chunk);
+    const size_t stride = (size_t)a.T * a.Hq; /* between splits, in rows */
+    const size_t row0 = (size_t)t * a.Hq + head;
     float mx = -INFINITY;
-    for (int x = 0; x < nx; x++) mx = fmaxf(mx, a.part_lse[((size_t)x * a.T + t) * a.Hq + head]);
-    float acc[8] = {0}, wsum = 0.0f;
-    for (int x = 0; x < nx; x++) {
-        const size_t row = ((size_t)x * a.T + t) * a.Hq + head;
-        const float w = exp2f(a.part_lse[row] - mx);
-        wsum += w;
-        for (int d = lane, k = 0; d < D; d += 32, k++) acc[k] += w * a.part_o[row * D + d];
+    for (int x = lane; x < nx; x += 32) mx = fmaxf(mx, a.part_lse[row0 + (size_t)x * stride]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float acc[KD], wsum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KD; k++) acc[k] = 0.0f;
+    for (int x0 = 0; x0 < nx; x0 += 32) {
+        const int x = x0 + lane;
+        const float w_mine = x < nx ? exp2f(a.part_lse[row0 + (size_t)x * stride] - mx) : 0.0f;
+        const int n = min(32, nx - x0);
+        for (int j0 = 0; j0 < n; j0 += PA_MERGE_UNROLL) {
+            float vals[PA_MERGE_UNROLL][KD], w[PA_MERGE_UNROLL];
+#pragma unroll
+            for (int u = 0; u < PA_MERGE_UNROLL; u++) {
+                w[u] = __shfl_sync(0xffffffffu, w_mine, (j0 + u) & 31);
+                const float *src = a.part_o + (row0 + (size_t)(x0 + j0 + u) * stride) * D;
+#pragma unroll
+                for (int k = 0; k < KD; k++) {
+                    const int d = lane + 32 * k;
+                    vals[u][k] = j0 + u < n && d < D ? src[d] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < PA_MERGE_UNROLL; u++) {
+                if (j0 + u < n) {
+                    wsum += w[u];
+#pragma unroll
+                    for (int k = 0; k < KD; k++) acc[k] = fmaf(w[u], vals[u][k], acc[k]);
+                }
+            }
+        }
     }
     const float inv = 1.0f / wsum;
-    for (int d = lane, k = 0; d < D; d += 32, k++) dst[d] = __float2bfloat16_rn(acc[k] * inv);
+#pragma unroll
+    for (int k = 0; k < KD; k++)
+        if (lane + 32 * k < D) dst[lane + 32 * k] = __float2bfloat16_rn(acc[k] * inv);
+}
+
+static void launch_merge(cudaStream_t st, const pa_args &a) {
+    const unsigned blocks = (unsigned)(((long)a.T * a.Hq + 3) / 4);
+    switch ((a.D + 31) / 32) {
+    case 1: paged_attention_merge<1><<<blocks, 128, 0, st>>>(a); break;
+    case 2: paged_attention_merge<2><<<blocks, 128, 0, st>>>(a); break;
+    case 3: paged_attention_merge<3><<<blocks, 128, 0, st>>>(a); break;
+    case 4: paged_attention_merge<4><<<blocks, 128, 0, st>>>(a); break;
+    case 5: paged_attention_merge<5><<<blocks, 128, 0, st>>>(a); break;
+    case 6: paged_attention_merge<6><<<blocks, 128, 0, st>>>(a); break;
+    case 7: paged_attention_merge<7><<<blocks, 128, 0, st>>>(a); break;
+    default: paged_attention_merge<8><<<blocks, 128, 0, st>>>(a); break;
+    }
+    CUDA_LAUNCH_CHECK();
 }
 
 /* ---- host ------------------------------------------------------------------------ */
+
+/* Which kernel serves a call: chosen per call unless a benchmark or test
+ * forced one (cuda_paged_attention_force). */
+static int pa_kind_forced = PA_KERNEL_AUTO;
 
 /* Sets the kernel's shared-memory limit once per device and returns how many
  * of its CTAs fit on one multiprocessor. */
@@ -555,21 +587,40 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     a.page_size = page_size;
     a.scale_log2 = scale * 1.4426950408889634f;
 
-    const bool mma = (D == 32 || D == 64 || D == 128 || D == 256) && is_aligned16(q) && is_aligned16(k_cache) &&
+    a.D = D;
+
+    const bool vec = (D == 32 || D == 64 || D == 128 || D == 256) && is_aligned16(q) && is_aligned16(k_cache) &&
                      is_aligned16(v_cache) && is_aligned16(out);
-    /* Tiles over all sequences: sum of ceil(n_q * G / 64) <= (T * G + 63 * n_seqs) / 64. */
-    const long tiles = mma ? ((long)T * a.G + 63L * n_seqs) / PA_ROWS : (long)T * Hq;
-    const long units = mma ? tiles * Hkv : ((long)T * Hq + 3) / 4;
+    /* Few query rows per sequence (decode: G rows of one token) leave most
+     * of a 16-row mma tile empty: the warp kernel of paged_decode.cu serves
+     * those; several query tokens per sequence share each key read on
+     * tensor cores here. */
+    int kind = pa_kind_forced;
+    if (kind == PA_KERNEL_AUTO)
+        kind = !vec ? PA_KERNEL_PLAIN
+                    : (cuda_paged_decode_fits(D, a.G) && (long)T * a.G < 16L * n_seqs ? PA_KERNEL_DECODE
+                                                                                     : PA_KERNEL_MMA);
+    if (!vec) kind = PA_KERNEL_PLAIN;
+    if (kind == PA_KERNEL_DECODE && !cuda_paged_decode_fits(D, a.G)) kind = PA_KERNEL_MMA;
     const int max_ctx = max_pages * page_size;
-    const int slots = cuda_sm_count(ctx) * (mma ? mma_per_sm(ctx, D) : 8);
-    const int max_split = (max_ctx + PA_KT - 1) / PA_KT;
-    int nsplit = choose_splits(units, slots, max_ctx, max_split);
+    /* Tiles over all sequences: sum of ceil(n_q * G / 64) <= (T * G + 63 * n_seqs) / 64. */
+    const long tiles = ((long)T * a.G + 63L * n_seqs) / PA_ROWS;
+    int nsplit, align;
+    if (kind == PA_KERNEL_DECODE) {
+        nsplit = cuda_paged_decode_splits(ctx, T, Hkv, D, a.G, max_ctx);
+        align = cuda_paged_decode_chunk_align(D);
+    } else {
+        const long units = kind == PA_KERNEL_MMA ? tiles * Hkv : ((long)T * Hq + 3) / 4;
+        const int slots = cuda_sm_count(ctx) * (kind == PA_KERNEL_MMA ? mma_per_sm(ctx, D) : 8);
+        nsplit = choose_splits(units, slots, max_ctx, (max_ctx + PA_KT - 1) / PA_KT);
+        align = PA_KT;
+    }
     /* The partial results must fit the scratch. */
     const size_t per_split = (size_t)T * Hq * (D + 1) * sizeof(float);
     if (nsplit > 1 && (size_t)nsplit * per_split > ctx->scratch_size) nsplit = (int)(ctx->scratch_size / per_split);
     if (nsplit < 1) nsplit = 1;
     int chunk = (max_ctx + nsplit - 1) / nsplit;
-    chunk = (chunk + PA_KT - 1) / PA_KT * PA_KT;
+    chunk = (chunk + align - 1) / align * align;
     nsplit = (max_ctx + chunk - 1) / chunk;
     a.chunk = chunk;
     a.nsplit = nsplit;
@@ -581,7 +632,9 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         a.part_lse = scr + (size_t)nsplit * T * Hq * D;
     }
 
-    if (mma) {
+    if (kind == PA_KERNEL_DECODE) {
+        cuda_paged_decode_launch(ctx, &a);
+    } else if (kind == PA_KERNEL_MMA) {
         switch (D) {
         case 32: launch_mma<32>(ctx, a, (int)tiles); break;
         case 64: launch_mma<64>(ctx, a, (int)tiles); break;
@@ -593,8 +646,10 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         paged_attention_plain<<<grid, 128, 0, st>>>(a, D);
         CUDA_LAUNCH_CHECK();
     }
-    if (nsplit > 1) {
-        paged_attention_merge<<<(unsigned)(((long)T * Hq + 3) / 4), 128, 0, st>>>(a, D);
-        CUDA_LAUNCH_CHECK();
-    }
+    if (nsplit > 1) launch_merge(st, a);
+}
+
+extern "C" void cuda_paged_attention_force(int kind) {
+    if (kind < PA_KERNEL_AUTO || kind > PA_KERNEL_PLAIN) DK_ABORT("cuda_paged_attention_force: bad kernel kind %d", kind);
+    pa_kind_forced = kind;
 }

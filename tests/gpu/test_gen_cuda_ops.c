@@ -5,13 +5,15 @@
  * Inputs are drawn in fp32 and rounded to bf16 once, so both backends see the
  * same values. Tolerances and why:
  * - kv_write moves bf16 values: exact.
- * - paged attention: the CUDA kernel rounds P to bf16 for the P.V product
- *   (relative 2^-9 per weight) and its output to bf16 (2^-9), on outputs of
- *   size <= max|v| = ~4: max abs error 2e-2; a mean abs error above 2e-3
- *   would mean a systematic error, not rounding. Shapes cover the tensor-core
- *   kernel (D = 32, 64, 128; GQA 1..8; decode, multi-tile continuation
- *   prefill, contexts long enough to split and merge; page sizes 1, 3, 16,
- *   64) and the plain kernel (D = 16, 48).
+ * - paged attention: the tensor-core kernel rounds P to bf16 for the P.V
+ *   product (relative 2^-9 per weight) and every kernel rounds its output to
+ *   bf16 (2^-9), on outputs of size <= max|v| = ~4: max abs error 2e-2; a
+ *   mean abs error above 2e-3 would mean a systematic error, not rounding.
+ *   Each shape runs with the kernel the op picks and then with the warp
+ *   (few-queries) and tensor-core kernels pinned: D = 32, 64, 128, 256; GQA
+ *   1..8; decode, multi-tile continuation prefill, contexts long enough to
+ *   split and merge; page sizes 1, 3, 16, 64; and the plain kernel for
+ *   D = 16, 48.
  * - sample: same fp32 logits in, so the same token except where two
  *   candidates differ by an ulp-level amount (expf / logf differ by an ulp
  *   between the two math libraries): at least 99.9% of draws agree, greedy
@@ -26,6 +28,13 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#ifdef DK_HAVE_CUDA_OPS
+#include "kernels/ops_cuda_infer.h"
+#define force_paged_kernel cuda_paged_attention_force
+#else /* the test skips in such builds */
+enum { PA_KERNEL_AUTO, PA_KERNEL_DECODE, PA_KERNEL_MMA, PA_KERNEL_PLAIN };
+static void force_paged_kernel(int kind) { (void)kind; }
+#endif
 #include "../unit/test_ops_common.h"
 
 static ops_ctx cpu, gpu;
@@ -113,15 +122,26 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
     void *d_q = gpu_act(q, (size_t)T * qrow), *d_out = ops_alloc(&gpu, (size_t)T * qrow * 2);
     int32_t *d_bt = gpu_copy(bt, (size_t)n_seqs * maxp * 4), *d_cq = gpu_copy(cq, (size_t)(n_seqs + 1) * 4);
     int32_t *d_cl = gpu_copy(cl, (size_t)n_seqs * 4);
-    ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
-    ops_download_act(&gpu, out_g, d_out, (size_t)T * qrow);
-    double mx = max_abs_diff(out_g, out_c, (size_t)T * qrow), mean = 0.0;
-    for (size_t i = 0; i < (size_t)T * qrow; i++) mean += fabs((double)out_g[i] - out_c[i]);
-    mean /= (double)T * qrow;
-    printf("  %-34s Hq %2d Hkv %d D %3d page %2d T %4d: kv_write %s, attention max|diff| %.2e mean %.2e\n", what,
-           Hq, Hkv, D, P, T, kv_same ? "exact" : "DIFFERENT", mx, mean);
     CHECK(kv_same, "%s: kv_write differs from the CPU op", what);
-    CHECK(mx <= 2e-2 && mean <= 2e-3, "%s: paged attention max|diff| %.3e mean %.3e", what, mx, mean);
+    /* The kernel the op picks, then each kernel that can serve the shape
+     * pinned in turn (the warp kernel for few queries, the tensor-core one). */
+    static const int kinds[] = {PA_KERNEL_AUTO, PA_KERNEL_DECODE, PA_KERNEL_MMA};
+    static const char *kind_names[] = {"auto", "warp", "mma"};
+    for (int k = 0; k < 3; k++) {
+        if (k > 0 && D % 32 != 0) continue; /* the plain kernel serves these */
+        if (kinds[k] == PA_KERNEL_DECODE && Hq / Hkv > 8) continue;
+        force_paged_kernel(kinds[k]);
+        ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
+        force_paged_kernel(PA_KERNEL_AUTO);
+        ops_download_act(&gpu, out_g, d_out, (size_t)T * qrow);
+        double mx = max_abs_diff(out_g, out_c, (size_t)T * qrow), mean = 0.0;
+        for (size_t i = 0; i < (size_t)T * qrow; i++) mean += fabs((double)out_g[i] - out_c[i]);
+        mean /= (double)T * qrow;
+        printf("  %-34s Hq %2d Hkv %d D %3d page %2d T %4d: kv_write %s, attention (%s) max|diff| %.2e mean %.2e\n",
+               what, Hq, Hkv, D, P, T, kv_same ? "exact" : "DIFFERENT", kind_names[k], mx, mean);
+        CHECK(mx <= 2e-2 && mean <= 2e-3, "%s (%s kernel): paged attention max|diff| %.3e mean %.3e", what,
+              kind_names[k], mx, mean);
+    }
 
     void *dbufs[] = {d_kc, d_vc, d_kn, d_vn, d_slots, d_q, d_out, d_bt, d_cq, d_cl};
     for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++) ops_free(&gpu, dbufs[i]);
@@ -135,6 +155,9 @@ static void test_paged(void) {
         check_paged("decode", 8, lens, nq, 16, 8, 128, 16);
         check_paged("decode", 8, lens, nq, 8, 1, 64, 3);
         check_paged("decode", 8, lens, nq, 4, 4, 32, 1);
+        check_paged("decode, 5 heads per KV head", 8, lens, nq, 40, 8, 128, 16);
+        check_paged("decode, 4 heads per KV head", 8, lens, nq, 32, 8, 128, 16);
+        check_paged("decode, head dim 256", 8, lens, nq, 8, 4, 256, 16);
         check_paged("decode (plain kernel)", 8, lens, nq, 4, 2, 16, 16);
         check_paged("decode (plain kernel)", 8, lens, nq, 6, 3, 48, 64);
     }

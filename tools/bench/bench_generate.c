@@ -32,6 +32,7 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "kernels/ops_cuda_infer.h"
 #include "model/gen_forward.h"
 #include "model/generate.h"
 #include "model/kv_cache.h"
@@ -219,6 +220,13 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     TIME("paged_attention", L, 4.0 * B * ctx_len * KV,
          ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
                              0.0883883f));
+    /* The tensor-core kernel the op picks for continuation prefills, on the
+     * same decode step, for comparison with the warp kernel chosen above. */
+    cuda_paged_attention_force(PA_KERNEL_MMA);
+    TIME("(paged_attention, mma kernel)", 0, 4.0 * B * ctx_len * KV,
+         ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
+                             0.0883883f));
+    cuda_paged_attention_force(PA_KERNEL_AUTO);
     TIME("matmul o (+residual)", L, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
     TIME("matmul gate|up", L, 4.0 * I * C, ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
     TIME("swiglu", L, 6.0 * B * I, ops_swiglu_forward(ctx, h, gu, B, I));

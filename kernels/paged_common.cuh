@@ -1,0 +1,40 @@
+/* paged_common.cuh: what the two kernels of ops_paged_attention share: the
+ * argument block, the token -> sequence lookup, and the entry points of the
+ * few-queries kernel (paged_decode.cu) that cuda_paged_attention
+ * (paged_attention.cu) chooses between. */
+#ifndef DK_PAGED_COMMON_CUH
+#define DK_PAGED_COMMON_CUH
+
+#include "kernels/cuda_common.cuh"
+
+struct pa_args {
+    bf16 *out;
+    const bf16 *q, *kc, *vc;
+    const int32_t *bt, *ctx_lens, *cu_q;
+    float *part_o, *part_lse; /* [nsplit, T, Hq, D], [nsplit, T, Hq] when nsplit > 1 */
+    int max_pages, n_seqs, T, Hq, Hkv, G, D, page_size, chunk, nsplit;
+    float scale_log2; /* scale * log2(e) */
+};
+
+/* The sequence holding token t (cu_q[s] <= t < cu_q[s + 1]); n_seqs for a
+ * padding token past the last sequence. */
+__device__ __forceinline__ int pa_seq_of(const pa_args &a, int t) {
+    int lo = 0, hi = a.n_seqs;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (a.cu_q[mid + 1] <= t) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* paged_decode.cu: whether it serves head dim D with G query heads per KV
+ * head; how many context splits a launch over T tokens should use; the
+ * multiple of keys a split's chunk is rounded to; the launch itself (grid
+ * T * Hkv by a->nsplit, partials in a->part_o / part_lse when split). */
+int cuda_paged_decode_fits(int D, int G);
+int cuda_paged_decode_splits(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx);
+int cuda_paged_decode_chunk_align(int D);
+void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a);
+
+#endif
