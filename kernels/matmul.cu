@@ -15,7 +15,8 @@
  *
  * Operands must not live in ctx->scratch: a bf16 product with a small output
  * and a long K is staged there in fp32 (see cuda_matmul). Products of at most
- * 8 rows by a transposed weight matrix go to matmul_gemv.cu instead. */
+ * 8 rows by a transposed weight matrix go to matmul_gemv.cu instead, and of
+ * 9 to 64 rows with a long K to matmul_skinny.cu. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,7 +165,6 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
     /* One to a few rows times a weight matrix (decode steps): a kernel that
      * streams the weights once (matmul_gemv.cu). */
     if (cuda_matmul_gemv(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta)) return;
-
     /* A small output with a long K is where cuBLASLt splits K across blocks;
      * for a bf16 output its kernels may then add bf16-rounded partial sums
      * (measured: 2 bf16 ulps of error where partials cancel, M=512 N=1024
@@ -172,6 +172,15 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
      * products are computed with an fp32 output in scratch and rounded once;
      * the extra traffic is a few MB. */
     const size_t mn = (size_t)M * N;
+    /* Up to 64 rows by W^T (decode at a larger batch, the down projection):
+     * split-K on tensor cores with the slices added in fp32 and rounded
+     * once (matmul_skinny.cu), one pass over the weights. Measured on an
+     * H200 it beats cuBLASLt's fp32 detour below (M=64 N=2048 K=6144: 17.6
+     * against 24.6 us) but not cuBLASLt on wider, shorter products (q|k|v,
+     * gate|up, lm head), so it takes only the shapes of that detour. */
+    if (!c_f32 && (size_t)K > 2 * ((size_t)M + N) &&
+        cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
+        return;
     if (!c_f32 && (size_t)K > 2 * ((size_t)M + N) && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {
         float *c32 = (float *)ctx->scratch;
         if (beta != 0.0f) cuda_cast_act_to_f32(ctx, c32, c, mn);

@@ -5,54 +5,65 @@
  * leave most of the bandwidth unused (26-44% of the copy rate on the q|k|v,
  * o and down projections at one row).
  *
- * One block per output column n: its threads stride over W's row n in
- * 16-byte chunks (streamed past L1, read once) and over the matching chunks
- * of the M rows of A (small, shared by every block, kept in cache), with
- * fp32 sums in a fixed order (deterministic), reduced across the block;
- * then alpha, beta and one rounding to the output type. Taken only for
- * K % 8 == 0 and 16-byte aligned A and W; beta == 0 never reads C. */
+ * One warp per output column n, GEMV_WARPS columns per block: the lanes
+ * stride over W's row n in 16-byte chunks, GEMV_UNROLL chunks each issued
+ * before any is used (streamed past L1, read once), and over the matching
+ * chunks of the M rows of A (small, shared by every warp, kept in cache).
+ * fp32 sums in a fixed order (deterministic), a warp reduction, then alpha,
+ * beta and one rounding to the output type. No shared memory and no block
+ * barrier, so many warps stay resident and keep enough loads in flight.
+ * Taken only for K % 8 == 0 and 16-byte aligned A and W; beta == 0 never
+ * reads C. */
 #include "kernels/cuda_common.cuh"
 
 #define GEMV_MAX_M 8
-#define GEMV_THREADS 128
+#define GEMV_WARPS 8
+#define GEMV_UNROLL 8
 /* Wider outputs (the lm head) already run near the copy rate in cuBLASLt. */
 #define GEMV_MAX_N 32768
 
 template <int M, bool F32OUT>
-__global__ void __launch_bounds__(GEMV_THREADS)
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_rows(void *c, const bf16 *__restrict__ a, const bf16 *__restrict__ w, int N, int K, float alpha, float beta) {
-    const int n = blockIdx.x;
+    const int lane = threadIdx.x & 31;
+    const int n = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (n >= N) return;
     const int chunks = K / 8;
     const uint4 *wr = (const uint4 *)(w + (size_t)n * K);
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; m++) acc[m] = 0.0f;
-#pragma unroll 4
-    for (int ch = threadIdx.x; ch < chunks; ch += GEMV_THREADS) {
-        float wf[8];
-        bf16x8_to_f32(ld_stream(wr + ch), wf);
+    for (int base = lane; base < chunks; base += 32 * GEMV_UNROLL) {
+        uint4 wv[GEMV_UNROLL];
 #pragma unroll
-        for (int m = 0; m < M; m++) {
-            float af[8];
-            bf16x8_to_f32(__ldg((const uint4 *)(a + (size_t)m * K) + ch), af);
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int ch = base + 32 * u;
+            wv[u] = ch < chunks ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
+        }
 #pragma unroll
-            for (int j = 0; j < 8; j++) acc[m] = fmaf(wf[j], af[j], acc[m]);
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int ch = base + 32 * u;
+            if (ch >= chunks) break;
+            float wf[8];
+            bf16x8_to_f32(wv[u], wf);
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                float af[8];
+                bf16x8_to_f32(__ldg((const uint4 *)(a + (size_t)m * K) + ch), af);
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[m] = fmaf(wf[j], af[j], acc[m]);
+            }
         }
     }
-    __shared__ float part[GEMV_THREADS / 32][M];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int m = 0; m < M; m++) {
-        const float v = warp_sum(acc[m]);
-        if (lane == 0) part[warp][m] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < M) {
-        const int m = threadIdx.x;
+    for (int m = 0; m < M; m++) acc[m] = warp_sum(acc[m]);
+    if (lane < M) {
+        /* Lane m writes row m (registers indexed by a constant per branch). */
         float s = 0.0f;
 #pragma unroll
-        for (int i = 0; i < GEMV_THREADS / 32; i++) s += part[i][m];
-        const size_t idx = (size_t)m * N + n;
+        for (int m = 0; m < M; m++)
+            if (lane == m) s = acc[m];
+        const size_t idx = (size_t)lane * N + n;
         float out = alpha * s;
         if (F32OUT) {
             float *cf = (float *)c;
@@ -69,8 +80,9 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 template <int M>
 static void gemv_launch(cudaStream_t st, void *c, int c_f32, const void *a, const void *w, int N, int K, float alpha,
                         float beta) {
-    if (c_f32) gemv_rows<M, true><<<N, GEMV_THREADS, 0, st>>>(c, (const bf16 *)a, (const bf16 *)w, N, K, alpha, beta);
-    else gemv_rows<M, false><<<N, GEMV_THREADS, 0, st>>>(c, (const bf16 *)a, (const bf16 *)w, N, K, alpha, beta);
+    const unsigned blocks = (unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS);
+    if (c_f32) gemv_rows<M, true><<<blocks, GEMV_WARPS * 32, 0, st>>>(c, (const bf16 *)a, (const bf16 *)w, N, K, alpha, beta);
+    else gemv_rows<M, false><<<blocks, GEMV_WARPS * 32, 0, st>>>(c, (const bf16 *)a, (const bf16 *)w, N, K, alpha, beta);
 }
 
 extern "C" int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,

@@ -6,7 +6,8 @@
  *   2-byte offsets (cuBLASLt's unaligned kernels), beta = 0 on a NaN-filled
  *   C, K = 0 (C = beta * C), and bf16 outputs with a long K (K = 5000,
  *   5632: the products staged in fp32 so they are rounded once), and the
- *   few-row products x W^T of decode steps (M <= 8, matmul_gemv.cu);
+ *   few-row products x W^T of decode steps (M <= 8, matmul_gemv.cu; 9 to
+ *   64 rows, matmul_skinny.cu, with and without split-K);
  * - ops_bias_forward and ops_bias_backward (accumulating into dbias), with
  *   C a multiple of 8 (vector path) and not, over many rows; the backward
  *   twice on the same inputs gives the same bits.
@@ -91,7 +92,22 @@ static void check_matmul(ctx_pair *p) {
                 worst = r > worst ? r : worst;
                 cases++;
             }
+    /* 9 to 64 rows times W^T with a long K (matmul_skinny.cu for K % 64 ==
+     * 0 and K > 2 (M + N); split-K where the columns alone leave SMs idle):
+     * partial 16-row tiles, column counts off the 64-column tile; and
+     * shorter products that stay with cuBLASLt. */
+    const int skinny[][3] = {{64, 2048, 6144}, {64, 4096, 2048}, {9, 2048, 6144}, {33, 200, 640},
+                             {16, 1000, 4096}, {50, 20, 256}, {64, 72, 4096}};
+    for (size_t s = 0; s < sizeof skinny / sizeof skinny[0]; s++)
+        for (int cf = 0; cf < 2; cf++)
+            for (int shift = 0; shift < 2; shift++) {
+                float alpha = shift ? 0.75f : 1.0f, beta = cf ? 1.0f : (shift ? 0.5f : 0.0f);
+                double r = run_case(p, skinny[s][0], skinny[s][1], skinny[s][2], 0, 1, cf, alpha, beta, shift, 0);
+                worst = r > worst ? r : worst;
+                cases++;
+            }
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 4, 100, 64, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
+    for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 40, 60, 512, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     /* beta = 0 must not read C (NaN there stays out of the result). */
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 33, 65, 40, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     printf("matmul: %d cases, worst tolerance ratio %.3g (<= 1 passes)\n", cases, worst);
