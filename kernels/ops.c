@@ -225,6 +225,12 @@ void ops_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, floa
 
 /* ---- generation ----------------------------------------------------------------- */
 
+void ops_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,
+                      const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
+                      int T, int Hq, int Hkv, int D, float eps, float theta) {
+    DISPATCH(qkv_to_cache, ctx, q_out, k_cache, v_cache, qkv, q_norm_w, k_norm_w, pos, slot_mapping, T, Hq, Hkv, D,
+             eps, theta);
+}
 void ops_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
                   const int32_t *slot_mapping, int T, int Hkv, int D) {
     DISPATCH(kv_write, ctx, k_cache, v_cache, k, v, slot_mapping, T, Hkv, D);

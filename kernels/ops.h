@@ -181,6 +181,17 @@ void ops_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, floa
  * ops_kv_write stores k[t], v[t] ([T, Hkv, D]) at slot_mapping[t]. */
 void ops_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
                   const int32_t *slot_mapping, int T, int Hkv, int D);
+/* The tail of a step's q|k|v projection in one op, from qkv[T, (Hq + 2 Hkv)
+ * D] (per token: the q heads, then the k heads, then the v heads):
+ *   q_out[t, h] = rope(rmsnorm(q[t, h]) * q_norm_w, pos[t])   ([T, Hq, D])
+ *   k = rope(rmsnorm(k[t, g]) * k_norm_w, pos[t]) and v[t, g] stored at
+ *   slot_mapping[t] of the caches (-1: not stored),
+ * with the roundings of ops_rmsnorm_forward, ops_rope_forward and
+ * ops_kv_write run in turn (the normalised value is rounded to act before
+ * the rotation). q_norm_w and k_norm_w both NULL: no q/k norm, rope only. */
+void ops_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,
+                      const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
+                      int T, int Hq, int Hkv, int D, float eps, float theta);
 /* Attention of new query tokens against the paged cache (decode: one query
  * per sequence; continuation prefill: several). Sequence s has queries
  * cu_q[s] .. cu_q[s+1]-1, the last n_q of its ctx_lens[s] cached tokens (their

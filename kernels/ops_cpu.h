@@ -81,6 +81,11 @@ void cpu_graph_free(ops_graph *g);
 void cpu_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, float *m, float *v, size_t n,
                float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);
 
+/* qkv_to_cache_cpu.c */
+void cpu_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,
+                      const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
+                      int T, int Hq, int Hkv, int D, float eps, float theta);
+
 /* kv_write_cpu.c, paged_attention_cpu.c, sample_cpu.c */
 void cpu_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
                   const int32_t *slot_mapping, int T, int Hkv, int D);

@@ -16,6 +16,11 @@ extern "C" {
 void cuda_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
                    const int32_t *slot_mapping, int T, int Hkv, int D);
 
+/* qkv_to_cache.cu: a block per token, a warp per head. */
+void cuda_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,
+                       const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
+                       int T, int Hq, int Hkv, int D, float eps, float theta);
+
 /* paged_attention.cu: flash decoding over pages: a warp kernel for few
  * query rows per sequence (paged_decode.cu), a tensor-core kernel for
  * continuation prefills, a plain one for other head dims; long contexts are

@@ -26,7 +26,7 @@ void gen_forward_init(gen_forward *f, model *m, kv_cache *kv, int max_tokens, in
     f->qkv = fwd_alloc(f, T * (Q + 2 * KV) * A);
     const size_t TF = T < GEN_FUSED_QKV_TOKENS ? T : GEN_FUSED_QKV_TOKENS;
     if (TF > 1) f->qkv_fused = fwd_alloc(f, TF * (Q + 2 * KV) * A);
-    if (c->qk_norm) f->qk = fwd_alloc(f, T * (Q + KV) * A);
+    f->qk = fwd_alloc(f, T * (Q + KV) * A); /* normed, rotated q (and k) */
     f->att = fwd_alloc(f, T * Q * A);
     f->gu = fwd_alloc(f, T * 2 * I * A);
     f->h = fwd_alloc(f, T * I * A);
@@ -71,6 +71,20 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
 #define W(t) param_layer_ptr(&m->params, &m->layout, l, t)
 
     ops_rmsnorm_forward(ctx, f->ln, f->rstd, f->x, W(P_ATTN_NORM), T, C, eps);
+    if (!st->fresh && T <= GEN_FUSED_QKV_TOKENS) {
+        /* Decode and short continuations: one matmul into [T, q | k | v]
+         * rows, then one op norms and rotates q and k and caches k and v. */
+        char *rows = T == 1 ? f->qkv : f->qkv_fused;
+        ops_matmul(ctx, rows, 0, f->ln, W(P_WQ), T, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f);
+        if (c->qkv_bias) ops_bias_forward(ctx, rows, W(P_BQ), T, Q + 2 * KV);
+        ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], rows, c->qk_norm ? W(P_Q_NORM) : NULL,
+                         c->qk_norm ? W(P_K_NORM) : NULL, st->pos, st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
+        ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
+                            st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale);
+        ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
+        if (c->o_bias) ops_bias_forward(ctx, f->x, W(P_BO), T, C);
+        return;
+    }
     /* q, k, v as [T*Q | T*KV | T*KV]: for one token this is the row
      * [q | k | v] that a single matmul with the stacked wq|wk|wv (adjacent
      * in the layer buffer, as are bq|bk|bv) produces. */

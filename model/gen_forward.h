@@ -14,10 +14,12 @@
  * The residual adds ride on the projections (matmul with beta = 1), so a
  * layer is a dozen op calls. q, k and v come from one matmul with the
  * stacked wq|wk|wv (adjacent in the layer buffer, as are bq|bk|bv) when a
- * step has at most GEN_FUSED_QKV_TOKENS tokens (decode steps): for a single
- * token its output row [q | k | v] is already the layout the next ops read;
- * for several, one row gather (the embedding op over the output viewed as
- * rows of Hkv * D) regroups it into q, k and v blocks. Larger steps
+ * step has at most GEN_FUSED_QKV_TOKENS tokens. A step over cached prefixes
+ * (decode, short continuations) hands its [T, q | k | v] rows to
+ * ops_qkv_to_cache, which norms and rotates q and k and caches k and v in
+ * one op, then attends over the pages. A small fresh step regroups the rows
+ * into q, k and v blocks with one row gather (the embedding op over the
+ * output viewed as rows of Hkv * D) for the varlen attention. Larger steps
  * (prefill) use three matmuls, where the gather's copy would cost more than
  * the fusion saves. */
 #ifndef DK_MODEL_GEN_FORWARD_H
@@ -57,7 +59,7 @@ typedef struct gen_forward {
     void *x, *ln;       /* [T, C] residual stream, norm output */
     void *qkv;          /* [T*Q | T*KV | T*KV] projections */
     void *qkv_fused;    /* [T, Q + 2 KV] fused projection output (small steps) */
-    void *qk;           /* [T*Q | T*KV] after q/k norm (qk_norm only) */
+    void *qk;           /* [T*Q | T*KV] after q/k norm and rotation */
     void *att;          /* [T, Q] */
     void *gu, *h;       /* [T, 2I], [T, I] */
     float *rstd;        /* [T * Hq] norm statistics (unused afterwards) */

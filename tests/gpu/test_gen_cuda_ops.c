@@ -1,6 +1,6 @@
 /* test_gen_cuda_ops.c: the CUDA generation ops (ops_kv_write,
- * ops_paged_attention, ops_sample) against the CPU reference ops on the same
- * data. Exits 77 where no CUDA GPU (or no CUDA op table) is available.
+ * ops_paged_attention, ops_qkv_to_cache, ops_sample) against the CPU
+ * reference ops on the same data. Exits 77 where no CUDA GPU (or no CUDA op table) is available.
  *
  * Inputs are drawn in fp32 and rounded to bf16 once, so both backends see the
  * same values. Tolerances and why:
@@ -179,6 +179,64 @@ static void test_paged(void) {
     }
 }
 
+/* ---- qkv_to_cache ---------------------------------------------------------------------- */
+
+/* The fused q|k|v tail against the CPU op (the unfused ops run in turn).
+ * The GPU rounds the normed value and the rotated one to bf16 (2^-9
+ * relative each); the CPU keeps fp32: |diff| <= 1e-2 (1 + |cpu|). v rows and
+ * untouched cache slots are copies: exact. */
+static void check_qkv_to_cache(const char *what, int T, int Hq, int Hkv, int D, int norm, int max_pos) {
+    rng_seed((uint64_t)(T * 31 + Hq * 7 + D + norm));
+    const size_t Q = (size_t)Hq * D, KV = (size_t)Hkv * D, row = Q + 2 * KV;
+    const int n_slots = 2 * T + 3;
+    float *qkv = rand_normal((size_t)T * row, 1.5f, 0.0f), *wq = rand_normal((size_t)D, 0.3f, 1.0f);
+    float *wk = rand_normal((size_t)D, 0.3f, 1.0f);
+    float *kc = rand_normal((size_t)n_slots * KV, 1.0f, 0.0f), *vc = rand_normal((size_t)n_slots * KV, 1.0f, 0.0f);
+    round_bf16(qkv, (size_t)T * row), round_bf16(wq, D), round_bf16(wk, D);
+    round_bf16(kc, (size_t)n_slots * KV), round_bf16(vc, (size_t)n_slots * KV);
+    int32_t *pos = dk_malloc((size_t)T * 4), *slots = dk_malloc((size_t)T * 4);
+    for (int t = 0; t < T; t++) {
+        pos[t] = (int32_t)(rng_next() % (uint64_t)(max_pos + 1));
+        slots[t] = t % 5 == 3 ? -1 : 2 * t + 1; /* some tokens not cached */
+    }
+    float *q_c = dk_malloc((size_t)T * Q * 4), *kc_c = dk_malloc((size_t)n_slots * KV * 4);
+    float *vc_c = dk_malloc((size_t)n_slots * KV * 4);
+    memcpy(kc_c, kc, (size_t)n_slots * KV * 4), memcpy(vc_c, vc, (size_t)n_slots * KV * 4);
+    ops_qkv_to_cache(&cpu, q_c, kc_c, vc_c, qkv, norm ? wq : NULL, norm ? wk : NULL, pos, slots, T, Hq, Hkv, D,
+                     1e-6f, 1e6f);
+    void *d_qkv = gpu_act(qkv, (size_t)T * row), *d_wq = gpu_act(wq, D), *d_wk = gpu_act(wk, D);
+    void *d_kc = gpu_act(kc, (size_t)n_slots * KV), *d_vc = gpu_act(vc, (size_t)n_slots * KV);
+    void *d_q = ops_alloc(&gpu, (size_t)T * Q * 2);
+    int32_t *d_pos = gpu_copy(pos, (size_t)T * 4), *d_slots = gpu_copy(slots, (size_t)T * 4);
+    ops_qkv_to_cache(&gpu, d_q, d_kc, d_vc, d_qkv, norm ? d_wq : NULL, norm ? d_wk : NULL, d_pos, d_slots, T, Hq,
+                     Hkv, D, 1e-6f, 1e6f);
+    float *q_g = dk_malloc((size_t)T * Q * 4), *kc_g = dk_malloc((size_t)n_slots * KV * 4);
+    float *vc_g = dk_malloc((size_t)n_slots * KV * 4);
+    ops_download_act(&gpu, q_g, d_q, (size_t)T * Q);
+    ops_download_act(&gpu, kc_g, d_kc, (size_t)n_slots * KV);
+    ops_download_act(&gpu, vc_g, d_vc, (size_t)n_slots * KV);
+    double worst = 0.0;
+    for (size_t i = 0; i < (size_t)T * Q; i++) worst = fmax(worst, fabs((double)q_g[i] - q_c[i]) / (1.0 + fabs(q_c[i])));
+    for (size_t i = 0; i < (size_t)n_slots * KV; i++)
+        worst = fmax(worst, fabs((double)kc_g[i] - kc_c[i]) / (1.0 + fabs(kc_c[i])));
+    const int v_same = !memcmp(vc_g, vc_c, (size_t)n_slots * KV * 4);
+    printf("  qkv_to_cache %-22s T %3d Hq %2d Hkv %d D %3d: q/k worst |diff|/(1+|cpu|) %.2e, v cache %s\n", what, T,
+           Hq, Hkv, D, worst, v_same ? "exact" : "DIFFERENT");
+    CHECK(worst <= 1e-2, "qkv_to_cache %s: q/k differ from the CPU op by %.3e", what, worst);
+    CHECK(v_same, "qkv_to_cache %s: v cache differs from the CPU op", what);
+    void *dbufs[] = {d_qkv, d_wq, d_wk, d_kc, d_vc, d_q, d_pos, d_slots};
+    for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++) ops_free(&gpu, dbufs[i]);
+    free(qkv), free(wq), free(wk), free(kc), free(vc), free(pos), free(slots);
+    free(q_c), free(kc_c), free(vc_c), free(q_g), free(kc_g), free(vc_g);
+}
+
+static void test_qkv_to_cache(void) {
+    check_qkv_to_cache("decode, q/k norm", 1, 16, 8, 128, 1, 4000);
+    check_qkv_to_cache("batch, q/k norm", 64, 16, 8, 128, 1, 40000);
+    check_qkv_to_cache("batch, no norm", 33, 12, 4, 64, 0, 3000);
+    check_qkv_to_cache("odd head dim", 7, 6, 3, 48, 1, 100);
+}
+
 /* ---- sample ---------------------------------------------------------------------------- */
 
 static void compare_sample(const char *what, int n, int V, float T, int top_k, float top_p) {
@@ -319,6 +377,7 @@ int main(void) {
         return 1;
     }
     test_paged();
+    test_qkv_to_cache();
     test_sample();
     ops_ctx_free(&gpu);
     ops_ctx_free(&cpu);

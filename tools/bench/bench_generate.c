@@ -32,6 +32,7 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "kernels/ops_cuda.h"
 #include "kernels/ops_cuda_infer.h"
 #include "model/gen_forward.h"
 #include "model/generate.h"
@@ -171,7 +172,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     size_t ni = (size_t)(B * (G + 2) + 7 * B + 1 + B * pages_per);
     int32_t *di = ops_alloc(ctx, ni * 4);
     ops_upload(ctx, di, hi, ni * 4);
-    int32_t *d_rows = di + (rows - hi), *d_pos = di + (pos - hi), *d_slot = di + (slot - hi), *d_cu = di + (cu - hi);
+    int32_t *d_pos = di + (pos - hi), *d_slot = di + (slot - hi), *d_cu = di + (cu - hi);
     int32_t *d_lens = di + (lens - hi), *d_tok = di + (tok - hi), *d_out = di + (out - hi), *d_bt = di + (bt - hi);
     sample_params *prm = dk_calloc((size_t)B, sizeof(sample_params));
     for (int b = 0; b < B; b++) prm[b] = (sample_params){.temperature = 1.0f, .top_p = 1.0f, .seed = 3, .counter = 1};
@@ -199,24 +200,12 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     TIME("rmsnorm [B, C]", 2 * L + 1, 4.0 * B * C, ops_rmsnorm_forward(ctx, ln, rstd, x, WL(P_ATTN_NORM), B, C, 1e-6f));
     TIME("matmul q|k|v fused", L, wqkv, ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
     if (B > 1) {
-        TIME("gather q|k|v", L, 4.0 * B * (Q + 2 * KV),
-             ops_embedding_forward(ctx, qkv, d_rows, fused, B * (G + 2), KV));
         TIME("(matmul q alone)", 0, 2.0 * Q * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WQ), B, Q, C, 0, 1, 1.0f, 0.0f));
         TIME("(matmul k alone)", 0, 2.0 * KV * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WK), B, KV, C, 0, 1, 1.0f, 0.0f));
     }
-    TIME("rmsnorm q heads", L, 4.0 * B * Q, ops_rmsnorm_forward(ctx, qk, rstd, qkv, WL(P_Q_NORM), B * Hq, D, 1e-6f));
-    TIME("rmsnorm k heads", L, 4.0 * B * KV,
-         ops_rmsnorm_forward(ctx, (char *)qk + (size_t)B * Q * A, rstd, (char *)qkv + (size_t)B * Q * A,
-                             WL(P_K_NORM), B * Hkv, D, 1e-6f));
-    if (B == 1) {
-        TIME("rope q|k", L, 4.0 * (Q + KV), ops_rope_forward(ctx, qk, d_pos, 1, Hq + Hkv, D, 1e6f));
-    } else {
-        TIME("rope q", L, 4.0 * B * Q, ops_rope_forward(ctx, qk, d_pos, B, Hq, D, 1e6f));
-        TIME("rope k", L, 4.0 * B * KV, ops_rope_forward(ctx, (char *)qk + (size_t)B * Q * A, d_pos, B, Hkv, D, 1e6f));
-    }
-    TIME("kv_write", L, 8.0 * B * KV,
-         ops_kv_write(ctx, kv.k[0], kv.v[0], (char *)qk + (size_t)B * Q * A, (char *)qkv + (size_t)B * (Q + KV) * A,
-                      d_slot, B, Hkv, D));
+    TIME("qkv_to_cache (norm, rope, kv)", L, 2.0 * B * (2 * Q + 4 * KV),
+         ops_qkv_to_cache(ctx, qk, kv.k[0], kv.v[0], fused, WL(P_Q_NORM), WL(P_K_NORM), d_pos, d_slot, B, Hq, Hkv, D,
+                          1e-6f, 1e6f));
     TIME("paged_attention", L, 4.0 * B * ctx_len * KV,
          ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
                              0.0883883f));
@@ -231,6 +220,16 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     TIME("matmul gate|up", L, 4.0 * I * C, ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
     TIME("swiglu", L, 6.0 * B * I, ops_swiglu_forward(ctx, h, gu, B, I));
     TIME("matmul down (+residual)", L, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
+    if (B > 8) { /* the split-K kernel's split count (chosen per call above) */
+        static const int splits[] = {2, 4, 6, 12, 16};
+        for (int i = 0; i < 5; i++) {
+            char name[40];
+            snprintf(name, sizeof name, "(matmul down, %d splits)", splits[i]);
+            cuda_matmul_skinny_force_splits(splits[i]);
+            TIME(name, 0, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
+        }
+        cuda_matmul_skinny_force_splits(0);
+    }
     TIME("matmul lm head (fp32 out)", 1, 2.0 * V * C,
          ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
     TIME("sample", 1, 8.0 * B * V, ops_sample(ctx, d_out, (float *)(d_out + B), logits, d_prm, B, V));
