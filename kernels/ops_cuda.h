@@ -45,9 +45,11 @@ void cuda_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n)
 /* matmul_gemv.cu: 1 when it computed the product (M <= 8 rows times W^T), 0 to leave it to cuBLASLt */
 int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                      int trans_a, int trans_b, float alpha, float beta);
-/* matmul_skinny.cu: the same for 9 to 64 rows times W^T (K % 64 == 0) */
+/* matmul_skinny.cu: the same for 9 to 64 rows times W^T (K % 64 == 0);
+ * force_splits pins the split-K count for benchmarks (0: chosen per call) */
 int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                        int trans_a, int trans_b, float alpha, float beta);
+void cuda_matmul_skinny_force_splits(int n);
 
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);
