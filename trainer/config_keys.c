@@ -131,8 +131,9 @@ const config_key config_keys[] = {
            "reward that checks learning without a judge)"),
     K_FLOAT(rl, kv_cache_fraction, "0.5", CR_PROB,
             "share of the GPU memory left free after the model that the rollout KV cache takes"),
-    K_BOOL(rl, decode_graphs, "false", 0,
-           "rollout decode steps replay captured CUDA graphs (fewer kernel launches at small batches; cuda only)"),
+    K_BOOL(rl, decode_graphs, "true", 0,
+           "rollout decode steps replay captured CUDA graphs (fewer kernel launches; cuda only; false launches "
+           "every kernel)"),
     K_INT(rl, ppo_epochs, "1", CR_POS, "passes of PPO updates over each step's rollouts"),
     K_INT(rl, mini_batches, "1", CR_POS, "optimizer steps per PPO epoch (the rollouts are split evenly)"),
     K_FLOAT(rl, kl_coef, "0", CR_NONNEG, "k3 KL penalty to the initial policy (0: off, as in the recipe)"),
