@@ -38,7 +38,7 @@ build/bench_lmhead > "$out/bench_lmhead.log" 2>&1
 build/bench_train $q > "$out/bench_train.log" 2>&1
 hf=$($DK_PYTHON tools/bench/bench_generate_hf.py 2>"$out/bench_generate_hf.err" | awk '/^hf_tokens_per_s/{print $2}')
 build/bench_generate ${hf:+--hf-tps $hf} $q > "$out/bench_generate.log" 2>&1
-build/bench_generate ${hf:+--hf-tps $hf} --graphs --quick > "$out/bench_generate_graphs.log" 2>&1
+build/bench_generate ${hf:+--hf-tps $hf} --no-graphs --quick > "$out/bench_generate_nographs.log" 2>&1
 $DK_PYTHON tools/bench/bench_kernelgym.py > "$out/bench_kernelgym.log" 2>&1
 $DK_PYTHON tools/bench/bench_kernelgym.py --no-prefork > "$out/bench_kernelgym_noprefork.log" 2>&1
 for f in "$out"/bench_*.log; do echo "== $f"; grep -iE "ratio|x torch|roofline|fraction|overhead|jobs|TFLOP|TB/s|graphs|MFU" "$f" | head -20; done

@@ -20,10 +20,11 @@
  *    of 128 tokens, 128-token feedback appended after each): the time to
  *    prefill an appended turn against re-prefilling the whole history.
  *
- * --graphs runs the engine's decode steps from captured CUDA graphs
- * (gen_config.cuda_graphs); the launch probe and op table are unchanged.
+ * Decode steps replay captured CUDA graphs (gen_config.cuda_graphs), as the
+ * trainer's rollouts do by default; --no-graphs launches every kernel. The
+ * launch probe and op table launch their kernels either way.
  *
- * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--graphs] */
+ * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,14 +246,14 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, bw = 4.27e12;
-    int quick = 0, graphs = 0;
+    int quick = 0, graphs = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
-        else if (!strcmp(argv[i], "--graphs")) graphs = 1;
+        else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
         else {
-            fprintf(stderr, "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--graphs]\n");
+            fprintf(stderr, "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs]\n");
             return 2;
         }
     }
@@ -282,7 +283,7 @@ int main(int argc, char **argv) {
     printf("engine: %d pages of 16 tokens (%.1f GB KV cache), max batch 64, prefill chunks of 8192 tokens, "
            "decode graphs %s\n",
            gen_get_config(e)->n_pages, gen_get_config(e)->n_pages * gen_page_bytes(c, &ctx, 16) / 1e9,
-           graphs ? "on (--graphs)" : "off");
+           graphs ? "on" : "off (--no-graphs)");
 
     /* Warm-up: builds every matmul plan the runs below use. */
     {
