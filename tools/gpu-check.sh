@@ -23,7 +23,7 @@ if [ "$phase" != bench ]; then
 (cd build && ctest -L gpu -V --timeout 240) > "$out/ctest_gpu.log" 2>&1
 grep -E "tests passed|Test +#[0-9]+:" "$out/ctest_gpu.log"
 if command -v compute-sanitizer >/dev/null 2>&1; then
-  for t in build/tests/gpu_test_cuda_*; do
+  for t in build/tests/gpu_test_cuda_* build/tests/gpu_test_gen_cuda_ops; do
     case "$t" in *model*) continue ;; esac
     compute-sanitizer --tool memcheck --print-limit 5 "$t" > "$out/memcheck_$(basename "$t").log" 2>&1
     echo "memcheck $(basename "$t"): $(grep -E 'ERROR SUMMARY' "$out/memcheck_$(basename "$t").log" | tail -1)"
