@@ -1,11 +1,12 @@
 /* attention.cuh: what the two halves of the CUDA attention share: tile
- * sizes, the cp.async / ldmatrix / mma helpers, the varlen tile lookup, and
- * the entry points of the Hopper kernels (attention_wgmma.cu) that
- * attention.cu dispatches to on sm_90. */
+ * sizes, fragment helpers on top of mma_common.cuh, the varlen tile
+ * lookup, and the entry points of the Hopper kernels (attention_wgmma.cu)
+ * that attention.cu dispatches to on sm_90. */
 #ifndef DK_ATTENTION_CUH
 #define DK_ATTENTION_CUH
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/mma_common.cuh"
 
 #define ATTN_THREADS 128 /* 4 warps per block in every kernel here */
 #define ATTN_BN 64       /* key / value rows per tile */
@@ -26,62 +27,12 @@
 
 /* ---- small device helpers ------------------------------------------------------ */
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* 16-byte global -> shared copy that bypasses L1; zero-fills when !valid
- * (src must still be a mapped address, it is not read). */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
-    int n = valid ? 4 : 0;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* Four 8x8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i
- * and register i receives it in mma fragment order. */
-__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-/* d += a (16x16, row) * b (16x8, col), bf16 in, fp32 accumulate. */
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* 2^x on the special-function unit; flushes denormal results to zero, which
  * is harmless for probabilities and saves exp2f's rescaling. exp2(-inf) = 0. */
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* Two floats as one bf16x2 register, the lower column in the low half. */
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
 }
 
 /* The accumulators of n-tiles 2kk and 2kk+1 (16 columns) of a 16-row strip,

@@ -18,7 +18,7 @@
  * it writes fp32 partial sums to ctx->scratch and a second kernel adds the
  * slices in order (deterministic, no atomics) before alpha, beta and the
  * single rounding. Taken for K % 64 == 0 and 16-byte aligned A and W. */
-#include "kernels/cuda_common.cuh"
+#include "kernels/mma_common.cuh"
 
 #define SK_MAX_M 64
 #define SK_MIN_M 9
@@ -36,26 +36,6 @@ struct sk_args {
     int M, N, K, kchunk, nsplit, c_f32;
     float alpha, beta;
 };
-
-__device__ __forceinline__ void sk_cp16(void *smem, const void *gmem, bool valid) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void sk_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void sk_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-__device__ __forceinline__ void sk_ldsm4(uint32_t r[4], const void *p) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void sk_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* Element offset of 16-byte chunk c (0..7) of row r in a [64, 64] tile:
  * XOR-swizzled so the 8 rows an ldmatrix reads hit 8 different bank groups. */
@@ -90,12 +70,12 @@ __global__ void __launch_bounds__(SK_THREADS) matmul_skinny(sk_args p) {
         for (int i = tid; i < MT * 16 * 8; i += SK_THREADS) {
             const int r = i >> 3, c = i & 7;
             const bool ok = r < p.M;
-            sk_cp16(da + sk_swz(r, c), p.a + (size_t)(ok ? r : 0) * p.K + k0 + c * 8, ok);
+            cp_async16(da + sk_swz(r, c), p.a + (size_t)(ok ? r : 0) * p.K + k0 + c * 8, ok);
         }
         for (int i = tid; i < SK_BN * 8; i += SK_THREADS) {
             const int r = i >> 3, c = i & 7;
             const bool ok = n0 + r < p.N;
-            sk_cp16(dw + sk_swz(r, c), p.w + (size_t)(ok ? n0 + r : 0) * p.K + k0 + c * 8, ok);
+            cp_async16(dw + sk_swz(r, c), p.w + (size_t)(ok ? n0 + r : 0) * p.K + k0 + c * 8, ok);
         }
     };
 
@@ -108,33 +88,36 @@ __global__ void __launch_bounds__(SK_THREADS) matmul_skinny(sk_args p) {
 #pragma unroll
     for (int s = 0; s < SK_STAGES - 1; s++) {
         if (s < n_stages) load(s, k_begin + s * SK_KT);
-        sk_commit();
+        cp_async_commit();
     }
     for (int st = 0; st < n_stages; st++) {
-        sk_wait<SK_STAGES - 2>();
+        cp_async_wait<SK_STAGES - 2>();
         __syncthreads();
         const bf16 *ta = sa + (st % SK_STAGES) * SK_TILE, *tw = sw + (st % SK_STAGES) * SK_TILE;
 #pragma unroll
         for (int kk = 0; kk < SK_KT / 16; kk += 2) { /* two k16 steps per W fragment load */
             uint32_t b[2][4];
 #pragma unroll
-            for (int n = 0; n < 2; n++) sk_ldsm4(b[n], tw + sk_swz(warp * 16 + n * 8 + (lane & 7), kk * 2 + (lane >> 3)));
+            for (int n = 0; n < 2; n++)
+                ldsm_x4(b[n][0], b[n][1], b[n][2], b[n][3],
+                        tw + sk_swz(warp * 16 + n * 8 + (lane & 7), kk * 2 + (lane >> 3)));
 #pragma unroll
             for (int s = 0; s < 2; s++) {
 #pragma unroll
                 for (int m = 0; m < MT; m++) {
                     uint32_t af[4];
-                    sk_ldsm4(af, ta + sk_swz(m * 16 + (lane & 15), (kk + s) * 2 + (lane >> 4)));
+                    ldsm_x4(af[0], af[1], af[2], af[3],
+                            ta + sk_swz(m * 16 + (lane & 15), (kk + s) * 2 + (lane >> 4)));
 #pragma unroll
-                    for (int n = 0; n < 2; n++) sk_mma(acc[m][n], af, b[n][2 * s], b[n][2 * s + 1]);
+                    for (int n = 0; n < 2; n++) mma_bf16(acc[m][n], af, b[n][2 * s], b[n][2 * s + 1]);
                 }
             }
         }
         const int nx = st + SK_STAGES - 1; /* refill the buffer read one iteration ago */
         if (nx < n_stages) load(nx % SK_STAGES, k_begin + nx * SK_KT);
-        sk_commit();
+        cp_async_commit();
     }
-    sk_wait<0>();
+    cp_async_wait<0>();
 
 #pragma unroll
     for (int m = 0; m < MT; m++)
