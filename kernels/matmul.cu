@@ -172,16 +172,15 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
      * products are computed with an fp32 output in scratch and rounded once;
      * the extra traffic is a few MB. */
     const size_t mn = (size_t)M * N;
+    const int long_k = !c_f32 && (size_t)K > 2 * ((size_t)M + N); /* bf16 out, K past the output's size */
     /* Up to 64 rows by W^T (decode at a larger batch, the down projection):
      * split-K on tensor cores with the slices added in fp32 and rounded
      * once (matmul_skinny.cu), one pass over the weights. Measured on an
      * H200 it beats cuBLASLt's fp32 detour below (M=64 N=2048 K=6144: 17.6
      * against 24.6 us) but not cuBLASLt on wider, shorter products (q|k|v,
      * gate|up, lm head), so it takes only the shapes of that detour. */
-    if (!c_f32 && (size_t)K > 2 * ((size_t)M + N) &&
-        cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
-        return;
-    if (!c_f32 && (size_t)K > 2 * ((size_t)M + N) && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {
+    if (long_k && cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta)) return;
+    if (long_k && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {
         float *c32 = (float *)ctx->scratch;
         if (beta != 0.0f) cuda_cast_act_to_f32(ctx, c32, c, mn);
         cuda_matmul(ctx, c32, 1, a, b, M, N, K, trans_a, trans_b, alpha, beta);

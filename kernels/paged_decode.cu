@@ -239,7 +239,7 @@ int cuda_paged_decode_splits(const ops_ctx *ctx, long T, int Hkv, int D, int G, 
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(D, G), PD_THREADS, 0));
         occupancy[dev][di][gi] = per_sm = per_sm > 0 ? per_sm : 1;
     }
-    const long slots = (long)cuda_sm_count(ctx) * (per_sm > 0 ? per_sm : 1);
+    const long slots = (long)cuda_sm_count(ctx) * per_sm;
     const long units = T * Hkv;
     const long align = cuda_paged_decode_chunk_align(D);
     long n = slots / units;

@@ -28,11 +28,10 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
-#ifdef DK_HAVE_CUDA_OPS
 #include "kernels/ops_cuda_infer.h"
+#ifdef DK_HAVE_CUDA_OPS
 #define force_paged_kernel cuda_paged_attention_force
-#else /* the test skips in such builds */
-enum { PA_KERNEL_AUTO, PA_KERNEL_DECODE, PA_KERNEL_MMA, PA_KERNEL_PLAIN };
+#else /* no CUDA kernels to pin: the test skips in such builds */
 static void force_paged_kernel(int kind) { (void)kind; }
 #endif
 #include "../unit/test_ops_common.h"
