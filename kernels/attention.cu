@@ -107,18 +107,13 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     bf16 *sV = sK + 2 * BN * LDS;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = blockIdx.x % Hq;
-    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hq, BM);
-    if (loc.x < 0) return;
-    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
-    const int q0 = ((L + BM - 1) / BM - 1 - loc.y) * BM; /* heaviest tile first */
-    const int kvh = h / (Hq / Hkv);
+    attn_qtile tq;
+    if (!attn_qtile_find<BM, BN>(tq, cu, n_seqs, Hq, Hkv)) return;
+    const int h = tq.h, kvh = tq.kvh, off = tq.off, L = tq.L, q0 = tq.q0, nkv = tq.nkv;
     const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
     const bf16 *qb = q + (size_t)off * ldq + (size_t)h * D;
     const bf16 *kb = k + (size_t)off * ldk + (size_t)kvh * D;
     const bf16 *vb = v + (size_t)off * ldk + (size_t)kvh * D;
-    const int kv_end = min(L, q0 + BM);
-    const int nkv = (kv_end + BN - 1) / BN;
 
     load_tile<BM, D>(sQ, qb, ldq, q0, L, tid);
     load_tile<BN, D>(sK, kb, ldk, (nkv - 1) * BN, L, tid);
@@ -177,54 +172,15 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             }
         }
 
-        /* Causal mask, only where the tile reaches past this warp's first row. */
+        /* Causal mask, only where the tile reaches past this warp's first
+         * row; then the online softmax. */
         const int k0 = nb * BN;
         if (k0 + BN - 1 > q0 + wrow) {
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int row = q0 + wrow + mt * 16 + g + (e >> 1) * 8;
-                        const int col = k0 + j * 8 + t4 * 2 + (e & 1);
-                        if (col > row) s[mt][j][e] = -INFINITY;
-                    }
+            for (int mt = 0; mt < MT; mt++) strip_causal_mask(s[mt], q0 + wrow + mt * 16, k0, g, t4);
         }
-
-        /* Online softmax: each row's max over the 4 lanes that hold it. */
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mx = -INFINITY;
-#pragma unroll
-                for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float m_new = fmaxf(m_i[mt][r], mx);
-                /* A row that has seen only masked keys keeps m = -inf; subtract
-                 * 0 then so that exp2(-inf - -inf) never makes a NaN. */
-                const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-                const float corr = fast_exp2(m_i[mt][r] * scale_log2 - ms);
-                m_i[mt][r] = m_new;
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < NT; j++) {
-                    const float p0 = fast_exp2(fmaf(s[mt][j][2 * r], scale_log2, -ms));
-                    const float p1 = fast_exp2(fmaf(s[mt][j][2 * r + 1], scale_log2, -ms));
-                    s[mt][j][2 * r] = p0;
-                    s[mt][j][2 * r + 1] = p1;
-                    sum += p0 + p1;
-                }
-                l_i[mt][r] = l_i[mt][r] * corr + sum;
-#pragma unroll
-                for (int j = 0; j < DT; j++) {
-                    o[mt][j][2 * r] *= corr;
-                    o[mt][j][2 * r + 1] *= corr;
-                }
-            }
-        }
+        for (int mt = 0; mt < MT; mt++) strip_softmax(s[mt], o[mt], m_i[mt], l_i[mt], scale_log2);
 
         /* O += P V, P straight from the score registers. */
 #pragma unroll
@@ -249,23 +205,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     }
 
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float l = l_i[mt][r];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const int row = q0 + wrow + mt * 16 + g + r * 8;
-            if (row >= L) continue;
-            const float inv = 1.0f / l;
-            bf16 *orow = out + (size_t)(off + row) * ldq + (size_t)h * D;
-#pragma unroll
-            for (int j = 0; j < DT; j++)
-                *reinterpret_cast<__nv_bfloat162 *>(orow + j * 8 + t4 * 2) =
-                    __floats2bfloat162_rn(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
-            if (t4 == 0) lse[(size_t)h * T + off + row] = (m_i[mt][r] * scale_log2 + log2f(l)) * LN2_F;
-        }
-    }
+    for (int mt = 0; mt < MT; mt++)
+        strip_store_out(out, lse, o[mt], m_i[mt], l_i[mt], q0 + wrow + mt * 16, off, L, ldq, h, T, g, t4, scale_log2);
 }
 
 /* ---- backward: Dvec = rowsum(dout * out) ----------------------------------------------- */
@@ -292,6 +233,51 @@ __global__ void __launch_bounds__(256) attn_bwd_dot(float *__restrict__ dvec, co
     }
     s = warp_sum(s);
     if (lane == 0) dvec[(size_t)h * T + t] = s;
+}
+
+/* ---- warp products of the backward ------------------------------------------------------ */
+
+/* acc = A B^T for a warp's strip: A = 16 rows of a [*, D] tile at sA, B =
+ * the NT * 8 rows of the [*, D] tile at sB (both row stride LDS), so the
+ * strip gets one column per row of B. */
+template <int NT, int D, int LDS>
+__device__ __forceinline__ void strip_mma_abt(float (&acc)[NT][4], const bf16 *sA, const bf16 *sB, int lane) {
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[4];
+        ldsm_x4(a[0], a[1], a[2], a[3], smem_addr(sA + (lane & 15) * LDS + kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4(b0, b1, b2, b3,
+                    smem_addr(sB + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 + ((lane >> 3) & 1) * 8));
+            mma_bf16(acc[2 * np], a, b0, b1);
+            mma_bf16(acc[2 * np + 1], a, b2, b3);
+        }
+    }
+}
+
+/* acc += A B for a warp's strip: A = the strip's [16, 16 KT] accumulator c
+ * (P or dS) repacked as bf16 fragments, B = the [16 KT, D] tile at sB (row
+ * stride LDS), read transposed by ldmatrix. */
+template <int KT, int D, int LDS>
+__device__ __forceinline__ void strip_mma_ab(float (&acc)[D / 8][4], const float (&c)[2 * KT][4], const bf16 *sB,
+                                             int lane) {
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+        uint32_t a[4];
+        acc_to_a(a, c[2 * kk], c[2 * kk + 1]);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4_t(b0, b1, b2, b3,
+                      smem_addr(sB + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + dp * 16 + (lane >> 4) * 8));
+            mma_bf16(acc[2 * dp], a, b0, b1);
+            mma_bf16(acc[2 * dp + 1], a, b2, b3);
+        }
+    }
 }
 
 /* ---- backward: dK, dV ----------------------------------------------------------------- */
@@ -321,15 +307,11 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     float *sD = sL + 2 * BM;                   /* Dvec, two stages */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int kvh = blockIdx.x % Hkv;
-    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hkv, BN);
-    if (loc.x < 0) return;
-    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
-    const int n0 = loc.y * BN; /* the first key tile has the most query tiles: it goes first */
-    const int group = Hq / Hkv;
+    attn_ktile tk;
+    if (!attn_ktile_find<BM, BN>(tk, cu, n_seqs, Hq, Hkv)) return;
+    const int kvh = tk.kvh, off = tk.off, L = tk.L, n0 = tk.n0, group = Hq / Hkv;
+    const int m_first = tk.m_first, per_head = tk.per_head, steps = tk.steps;
     const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
-    const int m_first = n0 / BM, nmq = (L + BM - 1) / BM, per_head = nmq - m_first;
-    const int steps = group * per_head;
 
     load_tile<BN, D>(sK, k + (size_t)off * ldk + (size_t)kvh * D, ldk, n0, L, tid);
     load_tile<BN, D>(sV, v + (size_t)off * ldk + (size_t)kvh * D, ldk, n0, L, tid);
@@ -377,109 +359,24 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
         /* S^T = K Q^T: 16 keys x 64 queries per warp. */
         float s[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t a[4];
-            ldsm_x4(a[0], a[1], a[2], a[3], smem_addr(sK + (krow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8));
-#pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4(b0, b1, b2, b3,
-                        smem_addr(cQ + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 +
-                                  ((lane >> 3) & 1) * 8));
-                mma_bf16(s[2 * np], a, b0, b1);
-                mma_bf16(s[2 * np + 1], a, b2, b3);
-            }
-        }
+        strip_mma_abt<NT, D, LDS>(s, sK + krow * LDS, cQ, lane);
 
-        /* P^T = exp(scale s - lse); zero where the query precedes the key
-         * (diagonal tile) or lies past the sequence (last tile). */
+        /* P^T = exp(scale s - lse), masked on the diagonal and last tiles. */
         const bool edge = (m0 == m_first * BM) || (m0 + BM > L);
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qc = j * 8 + t4 * 2 + (e & 1);
-                float p = fast_exp2(fmaf(s[j][e], scale_log2, -cL[qc] * LOG2E_F));
-                if (edge) {
-                    const int key = n0 + krow + g + (e >> 1) * 8, qry = m0 + qc;
-                    if (qry < key || qry >= L) p = 0.0f;
-                }
-                s[j][e] = p;
-            }
+        strip_dkdv_p(s, cL, edge, n0 + krow, m0, L, g, t4, scale_log2);
 
-        /* dV += P^T dO. */
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) {
-            uint32_t pa[4];
-            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(b0, b1, b2, b3,
-                          smem_addr(cdO + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + dp * 16 +
-                                    (lane >> 4) * 8));
-                mma_bf16(dV[2 * dp], pa, b0, b1);
-                mma_bf16(dV[2 * dp + 1], pa, b2, b3);
-            }
-        }
-
-        /* dP^T = V dO^T. */
+        /* dV += P^T dO, dP^T = V dO^T. */
+        strip_mma_ab<BM / 16, D, LDS>(dV, s, cdO, lane);
         float dp_[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; j++) dp_[j][0] = dp_[j][1] = dp_[j][2] = dp_[j][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t a[4];
-            ldsm_x4(a[0], a[1], a[2], a[3], smem_addr(sV + (krow + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8));
-#pragma unroll
-            for (int np = 0; np < NT / 2; np++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4(b0, b1, b2, b3,
-                        smem_addr(cdO + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + kk * 16 +
-                                  ((lane >> 3) & 1) * 8));
-                mma_bf16(dp_[2 * np], a, b0, b1);
-                mma_bf16(dp_[2 * np + 1], a, b2, b3);
-            }
-        }
+        strip_mma_abt<NT, D, LDS>(dp_, sV + krow * LDS, cdO, lane);
 
         /* dS^T = P^T (dP^T - Dvec), then dK += dS^T Q. */
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) dp_[j][e] = s[j][e] * (dp_[j][e] - cD[j * 8 + t4 * 2 + (e & 1)]);
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) {
-            uint32_t da[4];
-            acc_to_a(da, dp_[2 * kk], dp_[2 * kk + 1]);
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(b0, b1, b2, b3,
-                          smem_addr(cQ + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + dp * 16 +
-                                    (lane >> 4) * 8));
-                mma_bf16(dK[2 * dp], da, b0, b1);
-                mma_bf16(dK[2 * dp + 1], da, b2, b3);
-            }
-        }
+        strip_dkdv_ds(s, dp_, cD, t4);
+        strip_mma_ab<BM / 16, D, LDS>(dK, dp_, cQ, lane);
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = n0 + krow + g + r * 8;
-        if (key >= L) continue;
-        const size_t at = (size_t)(off + key) * ldk + (size_t)kvh * D + t4 * 2;
-#pragma unroll
-        for (int j = 0; j < DT; j++) {
-            *reinterpret_cast<__nv_bfloat162 *>(dk + at + j * 8) =
-                __floats2bfloat162_rn(dK[j][2 * r] * scale, dK[j][2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162 *>(dv + at + j * 8) =
-                __floats2bfloat162_rn(dV[j][2 * r], dV[j][2 * r + 1]);
-        }
-    }
+    strip_store_dkdv(dk, dv, dK, dV, n0 + krow, off, L, ldk, kvh, g, t4, scale);
 }
 
 /* ---- backward: dQ --------------------------------------------------------------------- */
@@ -499,17 +396,13 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     bf16 *sV = sK + 2 * BN * LDS; /* two stages */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = blockIdx.x % Hq;
-    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hq, BM);
-    if (loc.x < 0) return;
-    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
-    const int q0 = ((L + BM - 1) / BM - 1 - loc.y) * BM;
-    const int kvh = h / (Hq / Hkv);
+    attn_qtile tq;
+    if (!attn_qtile_find<BM, BN>(tq, cu, n_seqs, Hq, Hkv)) return;
+    const int h = tq.h, kvh = tq.kvh, off = tq.off, L = tq.L, q0 = tq.q0, nkv = tq.nkv;
     const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
     const size_t hoff = (size_t)off * ldq + (size_t)h * D;
     const bf16 *kb = k + (size_t)off * ldk + (size_t)kvh * D;
     const bf16 *vb = v + (size_t)off * ldk + (size_t)kvh * D;
-    const int nkv = (min(L, q0 + BM) + BN - 1) / BN;
 
     load_tile<BM, D>(sQ, q + hoff, ldq, q0, L, tid);
     load_tile<BM, D>(sdO, dout + hoff, ldq, q0, L, tid);
@@ -572,45 +465,14 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
         /* dS = P (dP - Dvec) with P = exp(scale s - lse), causal mask. */
         const int k0 = nb * BN;
-        const bool diag = k0 + BN - 1 > q0 + wrow;
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1;
-                float p = fast_exp2(fmaf(s[j][e], scale_log2, -lrow[r]));
-                if (diag && k0 + j * 8 + t4 * 2 + (e & 1) > q0 + wrow + g + r * 8) p = 0.0f;
-                dp_[j][e] = p * (dp_[j][e] - drow[r]);
-            }
+        strip_dq_ds(s, dp_, lrow, drow, k0 + BN - 1 > q0 + wrow, q0 + wrow, k0, g, t4, scale_log2);
 
         /* dQ += dS K. */
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t da[4];
-            acc_to_a(da, dp_[2 * kk], dp_[2 * kk + 1]);
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(b0, b1, b2, b3,
-                          smem_addr(cK + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + dp * 16 +
-                                    (lane >> 4) * 8));
-                mma_bf16(dQ[2 * dp], da, b0, b1);
-                mma_bf16(dQ[2 * dp + 1], da, b2, b3);
-            }
-        }
+        strip_mma_ab<BN / 16, D, LDS>(dQ, dp_, cK, lane);
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = q0 + wrow + g + r * 8;
-        if (row >= L) continue;
-        bf16 *drow_p = dq + (size_t)(off + row) * ldq + (size_t)h * D + t4 * 2;
-#pragma unroll
-        for (int j = 0; j < DT; j++)
-            *reinterpret_cast<__nv_bfloat162 *>(drow_p + j * 8) =
-                __floats2bfloat162_rn(dQ[j][2 * r] * scale, dQ[j][2 * r + 1] * scale);
-    }
+    strip_store_dq(dq, dQ, q0 + wrow, off, L, ldq, h, g, t4, scale);
 }
 
 /* ---- host side ------------------------------------------------------------------------ */

@@ -89,6 +89,221 @@ __device__ __forceinline__ int2 find_tile(const int32_t *cu, int n_seqs, int idx
     return make_int2(-1, 0);
 }
 
+/* Where a block of the forward or of the dQ pass works. Blocks are numbered
+ * (tile entry, query head) with the head fastest, so the query heads that
+ * share a kv head run side by side; within a sequence the heaviest tile (the
+ * last rows, which see the most keys) comes first. False for a surplus
+ * block past the last entry. */
+struct attn_qtile {
+    int h, kvh; /* query head, and the kv head it reads */
+    int off, L; /* first token and length of the sequence */
+    int q0;     /* first query row of the tile inside the sequence */
+    int nkv;    /* key tiles at or before the tile's last row */
+};
+template <int BM, int BN>
+__device__ __forceinline__ bool attn_qtile_find(attn_qtile &t, const int32_t *cu, int n_seqs, int Hq, int Hkv) {
+    t.h = blockIdx.x % Hq;
+    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hq, BM);
+    if (loc.x < 0) return false;
+    t.off = cu[loc.x];
+    t.L = cu[loc.x + 1] - t.off;
+    t.q0 = ((t.L + BM - 1) / BM - 1 - loc.y) * BM;
+    t.kvh = t.h / (Hq / Hkv);
+    t.nkv = (min(t.L, t.q0 + BM) + BN - 1) / BN;
+    return true;
+}
+
+/* Where a block of the dK / dV pass works: BN keys from n0 of kv head kvh,
+ * blocks numbered (tile entry, kv head) with the kv head fastest and the
+ * first key tile of a sequence (the one most query tiles see) first. The
+ * block visits `steps` (query head, query tile) pairs: the group's heads in
+ * order, each over its per_head query tiles from m_first (the diagonal) on. */
+struct attn_ktile {
+    int kvh, off, L, n0;
+    int m_first, per_head, steps;
+};
+template <int BM, int BN>
+__device__ __forceinline__ bool attn_ktile_find(attn_ktile &t, const int32_t *cu, int n_seqs, int Hq, int Hkv) {
+    t.kvh = blockIdx.x % Hkv;
+    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hkv, BN);
+    if (loc.x < 0) return false;
+    t.off = cu[loc.x];
+    t.L = cu[loc.x + 1] - t.off;
+    t.n0 = loc.y * BN;
+    t.m_first = t.n0 / BM;
+    t.per_head = (t.L + BM - 1) / BM - t.m_first;
+    t.steps = (Hq / Hkv) * t.per_head;
+    return true;
+}
+
+/* ---- strip math ------------------------------------------------------------------------
+ * What the mma.sync and the wgmma kernels compute alike on a strip: 16 rows
+ * of a warp held as m16n8 accumulators acc[n][4], where lane (g = lane / 4,
+ * t4 = lane % 4) holds columns 8n + 2 t4 and 8n + 2 t4 + 1 of row g in
+ * acc[n][0..1] and of row g + 8 in acc[n][2..3]. Both instruction families
+ * leave their products in this layout. */
+
+/* Causal mask: -inf where the key (col0 + column) comes after the query
+ * (row0 + row). */
+template <int NT>
+__device__ __forceinline__ void strip_causal_mask(float (&s)[NT][4], int row0, int col0, int g, int t4) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int row = row0 + g + (e >> 1) * 8, col = col0 + j * 8 + t4 * 2 + (e & 1);
+            if (col > row) s[j][e] = -INFINITY;
+        }
+}
+
+/* One online-softmax step of the forward: folds the scores s of a new key
+ * tile into the running row max m and row sum l (each lane's partial sum
+ * over its columns), rescales the output accumulator o when the max grows,
+ * and leaves P = exp(scale (s - m)) in s. */
+template <int NT, int DT>
+__device__ __forceinline__ void strip_softmax(float (&s)[NT][4], float (&o)[DT][4], float (&m)[2], float (&l)[2],
+                                              float scale_log2) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx);
+        /* A row that has seen only masked keys keeps m = -inf; subtract 0
+         * then so that exp2(-inf - -inf) never makes a NaN. */
+        const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+        const float corr = fast_exp2(m[r] * scale_log2 - ms);
+        m[r] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const float p0 = fast_exp2(fmaf(s[j][2 * r], scale_log2, -ms));
+            const float p1 = fast_exp2(fmaf(s[j][2 * r + 1], scale_log2, -ms));
+            s[j][2 * r] = p0;
+            s[j][2 * r + 1] = p1;
+            sum += p0 + p1;
+        }
+        l[r] = l[r] * corr + sum;
+#pragma unroll
+        for (int j = 0; j < DT; j++) {
+            o[j][2 * r] *= corr;
+            o[j][2 * r + 1] *= corr;
+        }
+    }
+}
+
+/* Row r (0: g, 1: g + 8) of a [16, 8 DT] accumulator times mul, as bf16
+ * into the row that starts at dst (this lane's two columns of each n8 tile). */
+template <int DT>
+__device__ __forceinline__ void strip_store_row(bf16 *dst, const float (&acc)[DT][4], int r, float mul, int t4) {
+#pragma unroll
+    for (int j = 0; j < DT; j++)
+        *reinterpret_cast<__nv_bfloat162 *>(dst + j * 8 + t4 * 2) =
+            __floats2bfloat162_rn(acc[j][2 * r] * mul, acc[j][2 * r + 1] * mul);
+}
+
+/* The forward's end for a strip whose first row is `row0` of the sequence
+ * starting at token off: out = o / l for the rows inside the sequence
+ * (length L), lse = m scale + log l (natural log) beside them. */
+template <int DT>
+__device__ __forceinline__ void strip_store_out(bf16 *out, float *lse, const float (&o)[DT][4], const float (&m)[2],
+                                                const float (&l)[2], int row0, int off, int L, size_t ldq, int h,
+                                                int T, int g, int t4, float scale_log2) {
+    constexpr int D = DT * 8;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = row0 + g + r * 8;
+        if (row >= L) continue;
+        strip_store_row(out + (size_t)(off + row) * ldq + (size_t)h * D, o, r, 1.0f / sum, t4);
+        if (t4 == 0) lse[(size_t)h * T + off + row] = (m[r] * scale_log2 + log2f(sum)) * LN2_F;
+    }
+}
+
+/* dQ pass: dS = P (dP - Dvec) in dp, with P = exp(scale s - lse) from the
+ * row's saved lse (lrow, times log2 e) and Dvec (drow); on a tile that
+ * reaches the diagonal (diag), P = 0 where the key col0 + column comes after
+ * the query row0 + row. */
+template <int NT>
+__device__ __forceinline__ void strip_dq_ds(const float (&s)[NT][4], float (&dp)[NT][4], const float (&lrow)[2],
+                                            const float (&drow)[2], bool diag, int row0, int col0, int g, int t4,
+                                            float scale_log2) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = e >> 1;
+            float p = fast_exp2(fmaf(s[j][e], scale_log2, -lrow[r]));
+            if (diag && col0 + j * 8 + t4 * 2 + (e & 1) > row0 + g + r * 8) p = 0.0f;
+            dp[j][e] = p * (dp[j][e] - drow[r]);
+        }
+}
+
+/* dK / dV pass, transposed strip (rows are keys key0.., columns queries
+ * m0..): P^T = exp(scale s - lse) into s from the tile's lse row cL; on an
+ * edge tile (the diagonal one or the last), 0 where the query precedes the
+ * key or lies past the sequence (length L). */
+template <int NT>
+__device__ __forceinline__ void strip_dkdv_p(float (&s)[NT][4], const float *cL, bool edge, int key0, int m0, int L,
+                                             int g, int t4, float scale_log2) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int qc = j * 8 + t4 * 2 + (e & 1);
+            float p = fast_exp2(fmaf(s[j][e], scale_log2, -cL[qc] * LOG2E_F));
+            if (edge) {
+                const int key = key0 + g + (e >> 1) * 8, qry = m0 + qc;
+                if (qry < key || qry >= L) p = 0.0f;
+            }
+            s[j][e] = p;
+        }
+}
+
+/* dK / dV pass: dS^T = P^T (dP^T - Dvec) into dp, Dvec from the tile's row cD. */
+template <int NT>
+__device__ __forceinline__ void strip_dkdv_ds(const float (&p)[NT][4], float (&dp)[NT][4], const float *cD, int t4) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dp[j][e] = p[j][e] * (dp[j][e] - cD[j * 8 + t4 * 2 + (e & 1)]);
+}
+
+/* The dK / dV pass's end: rows key0 + g (+ 8) of dk (times scale) and dv,
+ * those inside the sequence. */
+template <int DT>
+__device__ __forceinline__ void strip_store_dkdv(bf16 *dk, bf16 *dv, const float (&dK)[DT][4], const float (&dV)[DT][4],
+                                                 int key0, int off, int L, size_t ldk, int kvh, int g, int t4,
+                                                 float scale) {
+    constexpr int D = DT * 8;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + g + r * 8;
+        if (key >= L) continue;
+        const size_t at = (size_t)(off + key) * ldk + (size_t)kvh * D;
+        strip_store_row(dk + at, dK, r, scale, t4);
+        strip_store_row(dv + at, dV, r, 1.0f, t4);
+    }
+}
+
+/* The dQ pass's end: rows row0 + g (+ 8) of dq times scale, those inside
+ * the sequence. */
+template <int DT>
+__device__ __forceinline__ void strip_store_dq(bf16 *dq, const float (&dQ)[DT][4], int row0, int off, int L,
+                                               size_t ldq, int h, int g, int t4, float scale) {
+    constexpr int D = DT * 8;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + r * 8;
+        if (row >= L) continue;
+        strip_store_row(dq + (size_t)(off + row) * ldq + (size_t)h * D, dQ, r, scale, t4);
+    }
+}
+
 /* ---- Hopper kernels (attention_wgmma.cu) ------------------------------------------ */
 
 /* 1 when the ctx's GPU runs the wgmma kernels: compute capability 9.0 and

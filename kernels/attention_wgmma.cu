@@ -63,25 +63,29 @@
 
 #ifndef ATTN_NO_WGMMA
 
+/* The asm operands of the 64 columns (eight n8 tiles from n-tile j) of a
+ * wgmma accumulator: per thread 4 floats per n8 tile, in the m16n8 order. */
+#define WG_ACC_N8(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define WG_ACC_N64(d, j)                                                                                         \
+    WG_ACC_N8(d, j), WG_ACC_N8(d, j + 1), WG_ACC_N8(d, j + 2), WG_ACC_N8(d, j + 3), WG_ACC_N8(d, j + 4),         \
+        WG_ACC_N8(d, j + 5), WG_ACC_N8(d, j + 6), WG_ACC_N8(d, j + 7)
+
 /* d (+)= a (registers) * B (descriptor), m64n64k16; TRANS_B = 1: B is MN-major. */
 template <int TRANS_B>
-__device__ __forceinline__ void wg_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void wg_rs_n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : WG_ACC_N64(d, 0)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TRANS_B), "r"(1));
 }
 
 /* d (+)= a (registers) * B (descriptor), m64n128k16; TRANS_B = 1: B is MN-major. */
 template <int TRANS_B>
-__device__ __forceinline__ void wg_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void wg_rs_n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -90,29 +94,19 @@ __device__ __forceinline__ void wg_rs_n128(float (&d)[64], const uint32_t (&a)[4
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, {%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : WG_ACC_N64(d, 0), WG_ACC_N64(d, 8)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TRANS_B), "r"(1));
 }
 
 /* d += A (descriptor, K-major) * B (descriptor, K-major), m64n64k16. */
-__device__ __forceinline__ void wg_ss_n64(float (&d)[32], uint64_t da, uint64_t db) {
+__device__ __forceinline__ void wg_ss_n64(float (&d)[8][4], uint64_t da, uint64_t db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : WG_ACC_N64(d, 0)
         : "l"(da), "l"(db), "r"(1));
 }
 
@@ -139,32 +133,25 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-template <int R>
-__device__ __forceinline__ void reg_fence(float (&r)[R]) {
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N][4]) {
 #pragma unroll
-    for (int i = 0; i < R; i++) asm volatile("" : "+f"(r[i])::"memory");
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(r[i][e])::"memory");
 }
 
-template <int R>
-__device__ __forceinline__ void zero(float (&r)[R]) {
+template <int N>
+__device__ __forceinline__ void zero(float (&r)[N][4]) {
 #pragma unroll
-    for (int i = 0; i < R; i++) r[i] = 0.0f;
+    for (int i = 0; i < N; i++) r[i][0] = r[i][1] = r[i][2] = r[i][3] = 0.0f;
 }
 
 /* O-shaped accumulator (N = D) += a * MN-major B. */
 template <int D>
-__device__ __forceinline__ void wg_rs_nd(float (&d)[D / 2], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void wg_rs_nd(float (&d)[D / 8][4], const uint32_t (&a)[4], uint64_t db) {
     if constexpr (D == 128) wg_rs_n128<1>(d, a, db);
     else wg_rs_n64<1>(d, a, db);
-}
-
-/* Accumulator columns 16kk .. 16kk+15 (n8 tiles 2kk, 2kk+1) as an A fragment. */
-template <int R>
-__device__ __forceinline__ void acc_a(uint32_t (&a)[4], const float (&c)[R], int kk) {
-    a[0] = pack_bf16(c[8 * kk + 0], c[8 * kk + 1]);
-    a[1] = pack_bf16(c[8 * kk + 2], c[8 * kk + 3]);
-    a[2] = pack_bf16(c[8 * kk + 4], c[8 * kk + 5]);
-    a[3] = pack_bf16(c[8 * kk + 6], c[8 * kk + 7]);
 }
 
 /* Byte offset of 16-byte chunk c of row r in a swizzled [ROWS, D] tile. */
@@ -210,16 +197,12 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     const uint32_t sQ = smem_base(), sK = sQ + TILE, sV = sQ + 3 * TILE; /* K, V: two stages */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = blockIdx.x % Hq;
-    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hq, BM);
-    if (loc.x < 0) return;
-    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
-    const int q0 = ((L + BM - 1) / BM - 1 - loc.y) * BM; /* heaviest tile first */
-    const int kvh = h / (Hq / Hkv);
+    attn_qtile tq;
+    if (!attn_qtile_find<BM, BN>(tq, cu, n_seqs, Hq, Hkv)) return;
+    const int h = tq.h, kvh = tq.kvh, off = tq.off, L = tq.L, q0 = tq.q0, nkv = tq.nkv;
     const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
     const bf16 *kb = k + (size_t)off * ldk + (size_t)kvh * D;
     const bf16 *vb = v + (size_t)off * ldk + (size_t)kvh * D;
-    const int nkv = (min(L, q0 + BM) + BN - 1) / BN;
 
     load_tile_sw<BM, D>(sQ, q + (size_t)off * ldq + (size_t)h * D, ldq, q0, L, tid);
     load_tile_sw<BN, D>(sK, kb, ldk, (nkv - 1) * BN, L, tid);
@@ -227,7 +210,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     cp_async_commit();
 
     const int wrow = warp * 16, g = lane >> 2, t4 = lane & 3;
-    float o[D / 2];
+    float o[DT][4];
     zero(o);
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};
 
@@ -245,7 +228,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         __syncthreads();
         const uint32_t cK = sK + stage * TILE, cV = sV + stage * TILE;
 
-        float s[NT * 4];
+        float s[NT][4];
         zero(s);
         reg_fence(s);
         wg_fence();
@@ -256,46 +239,12 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         reg_fence(s);
 
         const int k0 = nb * BN;
-        if (k0 + BN - 1 > q0 + wrow) {
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = q0 + wrow + g + (e >> 1) * 8, col = k0 + j * 8 + t4 * 2 + (e & 1);
-                    if (col > row) s[4 * j + e] = -INFINITY;
-                }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m_i[r], mx);
-            const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-            const float corr = fast_exp2(m_i[r] * scale_log2 - ms);
-            m_i[r] = m_new;
-            float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const float p0 = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, -ms));
-                const float p1 = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, -ms));
-                s[4 * j + 2 * r] = p0;
-                s[4 * j + 2 * r + 1] = p1;
-                sum += p0 + p1;
-            }
-            l_i[r] = l_i[r] * corr + sum;
-#pragma unroll
-            for (int j = 0; j < DT; j++) {
-                o[4 * j + 2 * r] *= corr;
-                o[4 * j + 2 * r + 1] *= corr;
-            }
-        }
+        if (k0 + BN - 1 > q0 + wrow) strip_causal_mask(s, q0 + wrow, k0, g, t4);
+        strip_softmax(s, o, m_i, l_i, scale_log2);
 
         uint32_t pa[BN / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_a(pa[kk], s, kk);
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
         reg_fence(o);
         wg_fence();
 #pragma unroll
@@ -306,21 +255,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         __syncthreads(); /* this stage is refilled by the next iteration's prefetch */
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = l_i[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = q0 + wrow + g + r * 8;
-        if (row >= L) continue;
-        const float inv = 1.0f / l;
-        bf16 *orow = out + (size_t)(off + row) * ldq + (size_t)h * D;
-#pragma unroll
-        for (int j = 0; j < DT; j++)
-            *reinterpret_cast<__nv_bfloat162 *>(orow + j * 8 + t4 * 2) =
-                __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-        if (t4 == 0) lse[(size_t)h * T + off + row] = (m_i[r] * scale_log2 + log2f(l)) * LN2_F;
-    }
+    strip_store_out(out, lse, o, m_i, l_i, q0 + wrow, off, L, ldq, h, T, g, t4, scale_log2);
 #endif
 }
 
@@ -346,15 +281,11 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     float *sD = sL + 2 * BM;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int kvh = blockIdx.x % Hkv;
-    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hkv, BN);
-    if (loc.x < 0) return;
-    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
-    const int n0 = loc.y * BN;
-    const int group = Hq / Hkv;
+    attn_ktile tk;
+    if (!attn_ktile_find<BM, BN>(tk, cu, n_seqs, Hq, Hkv)) return;
+    const int kvh = tk.kvh, off = tk.off, L = tk.L, n0 = tk.n0, group = Hq / Hkv;
+    const int m_first = tk.m_first, per_head = tk.per_head, steps = tk.steps;
     const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
-    const int m_first = n0 / BM, nmq = (L + BM - 1) / BM, per_head = nmq - m_first;
-    const int steps = group * per_head;
 
     load_tile_sw<BN, D>(sK, k + (size_t)off * ldk + (size_t)kvh * D, ldk, n0, L, tid);
     load_tile_sw<BN, D>(sV, v + (size_t)off * ldk + (size_t)kvh * D, ldk, n0, L, tid);
@@ -375,7 +306,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     cp_async_commit();
 
     const int g = lane >> 2, t4 = lane & 3, krow = warp * 16;
-    float dK[D / 2], dV[D / 2];
+    float dK[D / 8][4], dV[D / 8][4];
     zero(dK);
     zero(dV);
 
@@ -395,7 +326,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         const int m0 = (m_first + i % per_head) * BM;
 
         /* S^T = K Q^T and dP^T = V dO^T, both operands K-major from shared memory. */
-        float s[NT * 4], dp[NT * 4];
+        float s[NT][4], dp[NT][4];
         zero(s);
         zero(dp);
         reg_fence(s);
@@ -410,29 +341,17 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         reg_fence(s);
         reg_fence(dp);
 
-        /* P^T, then dS^T = P^T (dP^T - Dvec); zero where the query precedes
-         * the key or lies past the sequence. */
+        /* P^T, then dS^T = P^T (dP^T - Dvec). */
         const bool edge = (m0 == m_first * BM) || (m0 + BM > L);
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qc = j * 8 + t4 * 2 + (e & 1);
-                float p = fast_exp2(fmaf(s[4 * j + e], scale_log2, -cL[qc] * LOG2E_F));
-                if (edge) {
-                    const int key = n0 + krow + g + (e >> 1) * 8, qry = m0 + qc;
-                    if (qry < key || qry >= L) p = 0.0f;
-                }
-                s[4 * j + e] = p;
-                dp[4 * j + e] = p * (dp[4 * j + e] - cD[qc]);
-            }
+        strip_dkdv_p(s, cL, edge, n0 + krow, m0, L, g, t4, scale_log2);
+        strip_dkdv_ds(s, dp, cD, t4);
 
         /* dV += P^T dO and dK += dS^T Q, dO and Q MN-major. */
         uint32_t pa[BM / 16][4], da[BM / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) {
-            acc_a(pa[kk], s, kk);
-            acc_a(da[kk], dp, kk);
+            acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+            acc_to_a(da[kk], dp[2 * kk], dp[2 * kk + 1]);
         }
         reg_fence(dV);
         reg_fence(dK);
@@ -448,19 +367,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = n0 + krow + g + r * 8;
-        if (key >= L) continue;
-        const size_t at = (size_t)(off + key) * ldk + (size_t)kvh * D + t4 * 2;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            *reinterpret_cast<__nv_bfloat162 *>(dk + at + j * 8) =
-                __floats2bfloat162_rn(dK[4 * j + 2 * r] * scale, dK[4 * j + 2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162 *>(dv + at + j * 8) =
-                __floats2bfloat162_rn(dV[4 * j + 2 * r], dV[4 * j + 2 * r + 1]);
-        }
-    }
+    strip_store_dkdv(dk, dv, dK, dV, n0 + krow, off, L, ldk, kvh, g, t4, scale);
 #endif
 }
 
@@ -480,17 +387,13 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     const uint32_t sQ = smem_base(), sdO = sQ + TILE, sK = sQ + 2 * TILE, sV = sQ + 4 * TILE;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = blockIdx.x % Hq;
-    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hq, BM);
-    if (loc.x < 0) return;
-    const int off = cu[loc.x], L = cu[loc.x + 1] - off;
-    const int q0 = ((L + BM - 1) / BM - 1 - loc.y) * BM;
-    const int kvh = h / (Hq / Hkv);
+    attn_qtile tq;
+    if (!attn_qtile_find<BM, BN>(tq, cu, n_seqs, Hq, Hkv)) return;
+    const int h = tq.h, kvh = tq.kvh, off = tq.off, L = tq.L, q0 = tq.q0, nkv = tq.nkv;
     const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
     const size_t hoff = (size_t)off * ldq + (size_t)h * D;
     const bf16 *kb = k + (size_t)off * ldk + (size_t)kvh * D;
     const bf16 *vb = v + (size_t)off * ldk + (size_t)kvh * D;
-    const int nkv = (min(L, q0 + BM) + BN - 1) / BN;
 
     load_tile_sw<BM, D>(sQ, q + hoff, ldq, q0, L, tid);
     load_tile_sw<BM, D>(sdO, dout + hoff, ldq, q0, L, tid);
@@ -507,7 +410,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         lrow[r] = ok ? lse[(size_t)h * T + off + row] * LOG2E_F : 0.0f;
         drow[r] = ok ? dvec[(size_t)h * T + off + row] : 0.0f;
     }
-    float dQ[D / 2];
+    float dQ[D / 8][4];
     zero(dQ);
 
     for (int it = 0; it < nkv; it++) {
@@ -525,7 +428,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         const uint32_t cK = sK + stage * TILE, cV = sV + stage * TILE;
 
         /* S = Q K^T and dP = dO V^T, all K-major from shared memory. */
-        float s[NT * 4], dp[NT * 4];
+        float s[NT][4], dp[NT][4];
         zero(s);
         zero(dp);
         reg_fence(s);
@@ -541,21 +444,12 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         reg_fence(dp);
 
         const int k0 = nb * BN;
-        const bool diag = k0 + BN - 1 > q0 + wrow;
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = e >> 1;
-                float p = fast_exp2(fmaf(s[4 * j + e], scale_log2, -lrow[r]));
-                if (diag && k0 + j * 8 + t4 * 2 + (e & 1) > q0 + wrow + g + r * 8) p = 0.0f;
-                dp[4 * j + e] = p * (dp[4 * j + e] - drow[r]);
-            }
+        strip_dq_ds(s, dp, lrow, drow, k0 + BN - 1 > q0 + wrow, q0 + wrow, k0, g, t4, scale_log2);
 
         /* dQ += dS K, K MN-major. */
         uint32_t da[BN / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_a(da[kk], dp, kk);
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(da[kk], dp[2 * kk], dp[2 * kk + 1]);
         reg_fence(dQ);
         wg_fence();
 #pragma unroll
@@ -566,16 +460,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = q0 + wrow + g + r * 8;
-        if (row >= L) continue;
-        bf16 *dst = dq + (size_t)(off + row) * ldq + (size_t)h * D + t4 * 2;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-            *reinterpret_cast<__nv_bfloat162 *>(dst + j * 8) =
-                __floats2bfloat162_rn(dQ[4 * j + 2 * r] * scale, dQ[4 * j + 2 * r + 1] * scale);
-    }
+    strip_store_dq(dq, dQ, q0 + wrow, off, L, ldq, h, g, t4, scale);
 #endif
 }
 
