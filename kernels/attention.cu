@@ -134,14 +134,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
     for (int it = 0; it < nkv; it++) {
         const int nb = nkv - 1 - it, stage = it & 1;
-        if (it + 1 < nkv) {
+        cp_async_next(it + 1 < nkv, [&] {
             load_tile<BN, D>(sK + (stage ^ 1) * BN * LDS, kb, ldk, (nb - 1) * BN, L, tid);
             load_tile<BN, D>(sV + (stage ^ 1) * BN * LDS, vb, ldk, (nb - 1) * BN, L, tid);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         __syncthreads();
         const bf16 *cK = sK + stage * BN * LDS, *cV = sV + stage * BN * LDS;
 
@@ -345,13 +341,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
     for (int i = 0; i < steps; i++) {
         const int st = i & 1;
-        if (i + 1 < steps) {
-            load_step(i + 1, st ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        cp_async_next(i + 1 < steps, [&] { load_step(i + 1, st ^ 1); });
         __syncthreads();
         const bf16 *cQ = sQ + st * BM * LDS, *cdO = sdO + st * BM * LDS;
         const float *cL = sL + st * BM, *cD = sD + st * BM;
@@ -411,29 +401,18 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     cp_async_commit();
 
     const int g = lane >> 2, t4 = lane & 3, wrow = warp * 16;
-    /* lse (pre-multiplied by log2 e) and Dvec of this thread's two rows. */
     float lrow[2], drow[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = q0 + wrow + g + r * 8;
-        const bool ok = row < L;
-        lrow[r] = ok ? lse[(size_t)h * T + off + row] * LOG2E_F : 0.0f;
-        drow[r] = ok ? dvec[(size_t)h * T + off + row] : 0.0f;
-    }
+    strip_load_rowstats(lrow, drow, lse, dvec, q0 + wrow, off, L, h, T, g);
     float dQ[DT][4];
 #pragma unroll
     for (int j = 0; j < DT; j++) dQ[j][0] = dQ[j][1] = dQ[j][2] = dQ[j][3] = 0.0f;
 
     for (int it = 0; it < nkv; it++) {
         const int nb = nkv - 1 - it, stage = it & 1;
-        if (it + 1 < nkv) {
+        cp_async_next(it + 1 < nkv, [&] {
             load_tile<BN, D>(sK + (stage ^ 1) * BN * LDS, kb, ldk, (nb - 1) * BN, L, tid);
             load_tile<BN, D>(sV + (stage ^ 1) * BN * LDS, vb, ldk, (nb - 1) * BN, L, tid);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         __syncthreads();
         const bf16 *cK = sK + stage * BN * LDS, *cV = sV + stage * BN * LDS;
 

@@ -60,6 +60,21 @@ __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int
     }
 }
 
+/* One step of a two-stage cp.async pipeline: while there is a next tile
+ * (more), load_next() issues its copies into the other stage and the wait
+ * leaves them in flight; on the last step everything is waited for. The
+ * caller's __syncthreads() then publishes the current stage. */
+template <typename F>
+__device__ __forceinline__ void cp_async_next(bool more, F load_next) {
+    if (more) {
+        load_next();
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
+
 /* Which sequence the idx-th tile entry belongs to, entries numbered sequence
  * by sequence with ceil(len / tile) entries each. Every lane of the warp
  * calls it and gets (sequence, tile index inside it), or (-1, 0) past the
@@ -221,6 +236,19 @@ __device__ __forceinline__ void strip_store_out(bf16 *out, float *lse, const flo
         if (row >= L) continue;
         strip_store_row(out + (size_t)(off + row) * ldq + (size_t)h * D, o, r, 1.0f / sum, t4);
         if (t4 == 0) lse[(size_t)h * T + off + row] = (m[r] * scale_log2 + log2f(sum)) * LN2_F;
+    }
+}
+
+/* dQ pass: the saved lse (times log2 e) and Dvec of rows row0 + g and
+ * row0 + g + 8 of head h (0 past the sequence's length L). */
+__device__ __forceinline__ void strip_load_rowstats(float (&lrow)[2], float (&drow)[2], const float *lse,
+                                                    const float *dvec, int row0, int off, int L, int h, int T, int g) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + g + r * 8;
+        const bool ok = row < L;
+        lrow[r] = ok ? lse[(size_t)h * T + off + row] * LOG2E_F : 0.0f;
+        drow[r] = ok ? dvec[(size_t)h * T + off + row] : 0.0f;
     }
 }
 

@@ -216,14 +216,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
     for (int it = 0; it < nkv; it++) {
         const int nb = nkv - 1 - it, stage = it & 1;
-        if (it + 1 < nkv) {
+        cp_async_next(it + 1 < nkv, [&] {
             load_tile_sw<BN, D>(sK + (stage ^ 1) * TILE, kb, ldk, (nb - 1) * BN, L, tid);
             load_tile_sw<BN, D>(sV + (stage ^ 1) * TILE, vb, ldk, (nb - 1) * BN, L, tid);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         fence_async_smem();
         __syncthreads();
         const uint32_t cK = sK + stage * TILE, cV = sV + stage * TILE;
@@ -312,13 +308,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
     for (int i = 0; i < steps; i++) {
         const int st = i & 1;
-        if (i + 1 < steps) {
-            load_step(i + 1, st ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        cp_async_next(i + 1 < steps, [&] { load_step(i + 1, st ^ 1); });
         fence_async_smem();
         __syncthreads();
         const uint32_t cQ = sQ + st * TILE, cdO = sdO + st * TILE;
@@ -403,26 +393,16 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 
     const int g = lane >> 2, t4 = lane & 3, wrow = warp * 16;
     float lrow[2], drow[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = q0 + wrow + g + r * 8;
-        const bool ok = row < L;
-        lrow[r] = ok ? lse[(size_t)h * T + off + row] * LOG2E_F : 0.0f;
-        drow[r] = ok ? dvec[(size_t)h * T + off + row] : 0.0f;
-    }
+    strip_load_rowstats(lrow, drow, lse, dvec, q0 + wrow, off, L, h, T, g);
     float dQ[D / 8][4];
     zero(dQ);
 
     for (int it = 0; it < nkv; it++) {
         const int nb = nkv - 1 - it, stage = it & 1;
-        if (it + 1 < nkv) {
+        cp_async_next(it + 1 < nkv, [&] {
             load_tile_sw<BN, D>(sK + (stage ^ 1) * TILE, kb, ldk, (nb - 1) * BN, L, tid);
             load_tile_sw<BN, D>(sV + (stage ^ 1) * TILE, vb, ldk, (nb - 1) * BN, L, tid);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        });
         fence_async_smem();
         __syncthreads();
         const uint32_t cK = sK + stage * TILE, cV = sV + stage * TILE;
