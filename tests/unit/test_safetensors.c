@@ -16,6 +16,7 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "tests/check.h"
+#include "tests/fixture_models.h"
 
 #define FIX "tests/fixtures/safetensors"
 
@@ -28,29 +29,6 @@ static void expect_error(dk_status s, const char *what, const char *const *needl
     printf("  %-22s -> %s\n", what, msg);
 }
 #define EXPECT_ERROR(s, what, ...) expect_error((s), (what), (const char *const[]){__VA_ARGS__, NULL})
-
-/* The fixture models: vocab 64, hidden 16, intermediate 32, 2 layers, 4 heads, 2 kv heads. */
-static model_config tiny_config(dk_arch arch) {
-    model_config c;
-    memset(&c, 0, sizeof c);
-    c.arch = arch;
-    c.vocab_size = 64;
-    c.hidden_size = 16;
-    c.intermediate_size = 32;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = arch == DK_ARCH_QWEN3 ? 8 : 4;
-    c.max_position = 128;
-    c.rope_theta = 10000.0f;
-    c.rms_eps = 1e-6f;
-    c.qk_norm = arch == DK_ARCH_QWEN3;
-    c.qkv_bias = arch != DK_ARCH_QWEN3;
-    c.o_bias = arch == DK_ARCH_LLAMA;
-    c.tie_embeddings = arch == DK_ARCH_QWEN2;
-    c.bos_token_id = c.eos_token_id = -1;
-    return c;
-}
 
 /* ---- reader vs the Python safetensors package ----------------------------------- */
 
@@ -129,7 +107,7 @@ static size_t total_size(const param_layout *pl, int n_layers) {
 }
 
 static void test_model(const char *name, dk_arch arch) {
-    model_config c = tiny_config(arch);
+    model_config c = fixture_model_config(arch);
     param_layout pl;
     param_layout_init(&pl, &c);
     param_buffers b;
@@ -244,7 +222,7 @@ static void test_errors(void) {
     printf("error messages:\n");
     /* Fixture directories the train program's bad-input table points at. */
     {
-        model_config c = tiny_config(DK_ARCH_QWEN3);
+        model_config c = fixture_model_config(DK_ARCH_QWEN3);
         param_layout pl;
         param_layout_init(&pl, &c);
         param_buffers b;
@@ -283,7 +261,7 @@ static void test_errors(void) {
     }
     {
         /* Tied config: a checkpoint may carry lm_head only as a copy of the embedding. */
-        model_config c = tiny_config(DK_ARCH_QWEN2);
+        model_config c = fixture_model_config(DK_ARCH_QWEN2);
         param_layout pl;
         param_layout_init(&pl, &c);
         param_buffers b;
@@ -363,7 +341,7 @@ static void test_errors(void) {
 /* ---- random initialisation ---------------------------------------------------------- */
 
 static void test_init(void) {
-    model_config c = tiny_config(DK_ARCH_LLAMA); /* has every bias kind */
+    model_config c = fixture_model_config(DK_ARCH_LLAMA); /* has every bias kind */
     c.vocab_size = 1000;
     c.hidden_size = 128;
     c.intermediate_size = 384;

@@ -23,6 +23,7 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "tests/check.h"
+#include "tests/fixture_models.h"
 
 #define OK(expr)                                                                     \
     do {                                                                             \
@@ -320,24 +321,9 @@ static void test_shards(void) {
 
 /* ---- models ----------------------------------------------------------------------------- */
 
+/* The fixture shapes, with bos and eos set for the written configs. */
 static model_config tiny_config(dk_arch arch) {
-    model_config c;
-    memset(&c, 0, sizeof c);
-    c.arch = arch;
-    c.vocab_size = 64;
-    c.hidden_size = 16;
-    c.intermediate_size = 32;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = arch == DK_ARCH_QWEN3 ? 8 : 4;
-    c.max_position = 128;
-    c.rope_theta = 10000.0f;
-    c.rms_eps = 1e-6f;
-    c.qk_norm = arch == DK_ARCH_QWEN3;
-    c.qkv_bias = arch != DK_ARCH_QWEN3;
-    c.o_bias = arch == DK_ARCH_LLAMA;
-    c.tie_embeddings = arch == DK_ARCH_QWEN2;
+    model_config c = fixture_model_config(arch);
     c.bos_token_id = 1;
     c.eos_token_id = 2;
     return c;
