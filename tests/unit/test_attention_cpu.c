@@ -12,14 +12,12 @@
  * 2. Central finite differences of a random linear loss on a tiny case.
  * 3. Too little scratch must abort with a message that says how much. */
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "kernels/ops.h"
+#include "tests/expect_abort.h"
 #include "test_attention_safetensors.h"
 
 static int failures;
@@ -151,37 +149,23 @@ static void test_finite_differences(void) {
     for (int a = 0; a < 3; a++) free(grad[a]);
 }
 
-/* Runs the forward with one float too little scratch in a child process,
- * which must abort and say on stderr how many bytes it needs. */
+/* The forward with one float too little scratch must abort and say on
+ * stderr how many bytes it needs. */
+enum { SMALL_T = 10, SMALL_H = 1, SMALL_D = 4 };
+static const int32_t small_cu[2] = {0, SMALL_T};
+
+static void forward_small_scratch(void *unused) {
+    (void)unused;
+    static float q[SMALL_T * SMALL_H * SMALL_D], out[SMALL_T * SMALL_H * SMALL_D], lse[SMALL_T * SMALL_H];
+    ops_ctx ctx;
+    ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, attn_scratch_bytes(small_cu, 1) / 2 - 4);
+    ops_attention_forward(&ctx, out, lse, q, q, q, small_cu, 1, SMALL_T, SMALL_H, SMALL_H, SMALL_D, 0.5f);
+}
+
 static void test_scratch_too_small(void) {
-    enum { T = 10, H = 1, D = 4 };
-    const int32_t cu[2] = {0, T};
-    int fds[2];
-    if (pipe(fds) != 0) DK_ABORT("pipe failed");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        static float q[T * H * D], out[T * H * D], lse[T * H];
-        ops_ctx ctx;
-        ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, attn_scratch_bytes(cu, 1) / 2 - 4);
-        ops_attention_forward(&ctx, out, lse, q, q, q, cu, 1, T, H, H, D, 0.5f);
-        _exit(0);
-    }
-    close(fds[1]);
-    char msg[1024] = {0};
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof msg - 1 && (r = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)r;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
     char want[64];
-    snprintf(want, sizeof want, "needs %zu", attn_scratch_bytes(cu, 1) / 2);
-    int ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(msg, want);
-    printf("scratch too small: %s  %s", ok ? "ok" : "FAIL", msg);
-    if (!ok) failures++;
+    snprintf(want, sizeof want, "needs %zu", attn_scratch_bytes(small_cu, 1) / 2);
+    if (!expect_abort("scratch too small", forward_small_scratch, NULL, want)) failures++;
 }
 
 int main(void) {
