@@ -4,8 +4,10 @@
  * kernels whose launch costs as much as their work at small batches; a
  * replay queues them all at once. The capture is "relaxed" so that calls
  * which are not stream operations (a kernel's shared-memory attribute) are
- * allowed while it runs; anything that breaks it makes the capture fail
- * cleanly, and the caller then runs the ops directly. */
+ * allowed while it runs. A capture that CUDA refuses to begin, end or
+ * instantiate fails cleanly and the caller runs the ops directly; an op
+ * whose own CUDA_CHECK sees an error inside the capture (a synchronising
+ * call, say) still aborts, so the ops a step runs must stay capturable. */
 #include "kernels/cuda_common.cuh"
 
 struct ops_graph {
