@@ -5,18 +5,10 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda_infer.h"
 
-__global__ void kv_write_vec(uint4 *kc, uint4 *vc, const uint4 *k, const uint4 *v, const int32_t *slots, int chunks) {
-    const int t = blockIdx.x;
-    const int32_t slot = slots[t];
-    if (slot < 0) return;
-    const size_t src = (size_t)t * chunks, dst = (size_t)slot * chunks;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-        kc[dst + c] = k[src + c];
-        vc[dst + c] = v[src + c];
-    }
-}
-
-__global__ void kv_write_scalar(bf16 *kc, bf16 *vc, const bf16 *k, const bf16 *v, const int32_t *slots, int row) {
+/* E = uint4: 16-byte moves, `row` counted in chunks of 8 elements; E = bf16:
+ * element moves. */
+template <typename E>
+__global__ void kv_write_rows(E *kc, E *vc, const E *k, const E *v, const int32_t *slots, int row) {
     const int t = blockIdx.x;
     const int32_t slot = slots[t];
     if (slot < 0) return;
@@ -36,11 +28,11 @@ extern "C" void cuda_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const 
     if (row % 8 == 0 && is_aligned16(k_cache) && is_aligned16(v_cache) && is_aligned16(k) && is_aligned16(v)) {
         const int chunks = row / 8;
         const int threads = chunks < 128 ? 32 * (int)div_up((size_t)chunks, 32) : 128;
-        kv_write_vec<<<T, threads, 0, st>>>((uint4 *)k_cache, (uint4 *)v_cache, (const uint4 *)k, (const uint4 *)v,
-                                            slot_mapping, chunks);
+        kv_write_rows<<<T, threads, 0, st>>>((uint4 *)k_cache, (uint4 *)v_cache, (const uint4 *)k, (const uint4 *)v,
+                                             slot_mapping, chunks);
     } else {
-        kv_write_scalar<<<T, 128, 0, st>>>((bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)k, (const bf16 *)v,
-                                           slot_mapping, row);
+        kv_write_rows<<<T, 128, 0, st>>>((bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)k, (const bf16 *)v,
+                                          slot_mapping, row);
     }
     CUDA_LAUNCH_CHECK();
 }
