@@ -36,7 +36,7 @@ build/bench_ops $q > "$out/bench_ops.log" 2>&1
 build/bench_attention > "$out/bench_attention.log" 2>&1
 build/bench_lmhead > "$out/bench_lmhead.log" 2>&1
 build/bench_train $q > "$out/bench_train.log" 2>&1
-hf=$($DK_PYTHON tools/bench/bench_generate_hf.py 2>"$out/bench_generate_hf.err" | awk '/^hf_tokens_per_s/{print $2}')
+hf=$($DK_PYTHON tools/bench/bench_generate_hf.py 2>"$out/bench_generate_hf.err" | tee "$out/bench_generate_hf.log" | awk '/^hf_tokens_per_s/{print $2}')
 build/bench_generate ${hf:+--hf-tps $hf} $q > "$out/bench_generate.log" 2>&1
 build/bench_generate ${hf:+--hf-tps $hf} --no-graphs --quick > "$out/bench_generate_nographs.log" 2>&1
 $DK_PYTHON tools/bench/bench_kernelgym.py > "$out/bench_kernelgym.log" 2>&1
