@@ -83,14 +83,14 @@ static void acts_alloc(model *m, model_layer_acts *a) {
         a->k = a->k_raw;
     }
     a->v = dev_alloc(m, T * KV * A);
-    a->att = dev_alloc(m, T * Q * A);
+    if (m->recompute != MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION) a->att = dev_alloc(m, T * Q * A); /* else per layer */
     a->x_mid = dev_alloc(m, T * C * A);
     a->ln2 = dev_alloc(m, T * C * A);
     a->gu = dev_alloc(m, T * 2 * I * A);
     a->h = dev_alloc(m, T * I * A);
     a->rstd1 = dev_alloc(m, T * sizeof(float));
     a->rstd2 = dev_alloc(m, T * sizeof(float));
-    a->lse = dev_alloc(m, T * (size_t)c->n_heads * sizeof(float));
+    if (m->recompute != MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION) a->lse = dev_alloc(m, T * (size_t)c->n_heads * sizeof(float));
 }
 
 static void acts_free(model *m, model_layer_acts *a) {
@@ -102,10 +102,12 @@ static void acts_free(model *m, model_layer_acts *a) {
     memset(a, 0, sizeof *a);
 }
 
-dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, int recompute) {
+dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, model_recompute recompute) {
     memset(m, 0, sizeof *m);
     DK_TRY(model_config_validate(cfg));
     if (max_tokens <= 0) return dk_fail(DK_ERR_USAGE, "model: max_tokens must be positive, got %d", max_tokens);
+    if (recompute < MODEL_RECOMPUTE_NONE || recompute > MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION)
+        return dk_fail(DK_ERR_USAGE, "model: unknown recompute mode %d", (int)recompute);
     if (ctx->scratch_size < attn_scratch_bytes(cfg, max_tokens))
         return dk_fail(DK_ERR_USAGE,
                        "model: ops scratch of %zu bytes is too small for attention over max_tokens = %d (needs %zu; "
@@ -133,7 +135,7 @@ dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_
     m->cfg = *cfg;
     m->ctx = ctx;
     m->max_tokens = max_tokens;
-    m->recompute = recompute ? 1 : 0;
+    m->recompute = recompute;
     m->lmhead_chunk = chunk;
     m->acts_layer = -1;
     param_layout_init(&m->layout, cfg);
@@ -150,6 +152,14 @@ dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_
     m->n_act_sets = m->recompute ? 1 : (int)L;
     m->acts = dk_calloc((size_t)m->n_act_sets, sizeof(model_layer_acts));
     for (int i = 0; i < m->n_act_sets; i++) acts_alloc(m, &m->acts[i]);
+    if (m->recompute == MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION) {
+        m->att_kept = dk_calloc(L, sizeof(void *));
+        m->lse_kept = dk_calloc(L, sizeof(float *));
+        for (size_t l = 0; l < L; l++) {
+            m->att_kept[l] = dev_alloc(m, T * Q * A);
+            m->lse_kept[l] = dev_alloc(m, T * (size_t)cfg->n_heads * sizeof(float));
+        }
+    }
     m->final_h = dev_alloc(m, T * C * A);
     m->final_rstd = dev_alloc(m, T * sizeof(float));
     m->logprob = dev_alloc(m, T * sizeof(float));
@@ -180,6 +190,12 @@ void model_free(model *m) {
     free(m->res);
     for (int i = 0; m->acts && i < m->n_act_sets; i++) acts_free(m, &m->acts[i]);
     free(m->acts);
+    for (int l = 0; m->att_kept && l < m->cfg.n_layers; l++) {
+        dev_free(m, m->att_kept[l]);
+        dev_free(m, m->lse_kept[l]);
+    }
+    free(m->att_kept);
+    free(m->lse_kept);
     void *bufs[] = {m->final_h, m->final_rstd, m->logprob, m->entropy, m->lmhead_lse, m->dlogprob,
                     m->dentropy, m->d_res, m->d_tmp, m->d_ln, m->d_work, m->d_tokens, m->d_pos,
                     m->d_targets, m->d_cu_seqlens};
@@ -309,8 +325,9 @@ static float model_attn_scale(const model *m) { return 1.0f / sqrtf((float)m->cf
 
 /* One decoder layer: x [T, C] -> out [T, C], keeping in `a` what the backward
  * needs. out may be NULL when only the activations are wanted (the recompute
- * in the backward). */
-static void layer_forward(model *m, int l, model_layer_acts *a, const void *x, void *out) {
+ * in the backward); with_attention = 0 takes a->att and a->lse as they are
+ * (kept from the forward) instead of running the attention again. */
+static void layer_forward(model *m, int l, model_layer_acts *a, const void *x, void *out, int with_attention) {
     const model_config *c = &m->cfg;
     ops_ctx *ctx = m->ctx;
     const int T = m->T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
@@ -334,8 +351,9 @@ static void layer_forward(model *m, int l, model_layer_acts *a, const void *x, v
     }
     ops_rope_forward(ctx, a->q, m->d_pos, T, Hq, D, c->rope_theta);
     ops_rope_forward(ctx, a->k, m->d_pos, T, Hkv, D, c->rope_theta);
-    ops_attention_forward(ctx, a->att, a->lse, a->q, a->k, a->v, m->d_cu_seqlens, m->n_seqs, T, Hq, Hkv, D,
-                          model_attn_scale(m));
+    if (with_attention)
+        ops_attention_forward(ctx, a->att, a->lse, a->q, a->k, a->v, m->d_cu_seqlens, m->n_seqs, T, Hq, Hkv, D,
+                              model_attn_scale(m));
     ops_matmul(ctx, a->x_mid, 0, a->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 0.0f);
     if (c->o_bias) ops_bias_forward(ctx, a->x_mid, W(P_BO), T, C);
     ops_add(ctx, a->x_mid, x, (size_t)T * C);
@@ -351,6 +369,17 @@ static void layer_forward(model *m, int l, model_layer_acts *a, const void *x, v
 #undef W
 }
 
+/* Layer l's activations: its own set, or the shared one (with l's kept
+ * attention output and logsumexp in LAYER_KEEP_ATTENTION), copied into *tmp. */
+static model_layer_acts *layer_acts(model *m, int l, model_layer_acts *tmp) {
+    if (m->recompute == MODEL_RECOMPUTE_NONE) return &m->acts[l];
+    if (m->recompute == MODEL_RECOMPUTE_LAYER) return &m->acts[0];
+    *tmp = m->acts[0];
+    tmp->att = m->att_kept[l];
+    tmp->lse = m->lse_kept[l];
+    return tmp;
+}
+
 dk_status model_forward(model *m, const model_batch *b, float inv_temp) {
     if (!(inv_temp > 0.0f) || !isfinite(inv_temp))
         return dk_fail(DK_ERR_USAGE, "model_forward: inverse temperature must be positive and finite, got %g",
@@ -363,8 +392,8 @@ dk_status model_forward(model *m, const model_batch *b, float inv_temp) {
 
     ops_embedding_forward(ctx, m->res[0], m->d_tokens, m->params.embed, T, C);
     for (int l = 0; l < L; l++) {
-        model_layer_acts *a = &m->acts[m->recompute ? 0 : l];
-        layer_forward(m, l, a, m->res[l], m->res[l + 1]);
+        model_layer_acts tmp;
+        layer_forward(m, l, layer_acts(m, l, &tmp), m->res[l], m->res[l + 1], 1);
     }
     m->acts_layer = m->recompute ? L - 1 : -1;
     ops_rmsnorm_forward(ctx, m->final_h, m->final_rstd, m->res[L], m->params.final_norm, T, C, c->rms_eps);
@@ -453,11 +482,11 @@ void model_backward(model *m, const float *dlogprob, const float *dentropy) {
                          m->final_rstd, T, C);
 
     for (int l = L - 1; l >= 0; l--) {
-        model_layer_acts *a = &m->acts[m->recompute ? 0 : l];
+        model_layer_acts tmp, *a = layer_acts(m, l, &tmp);
         if (m->recompute && m->acts_layer != l) {
             /* The same ops on the same input: bit-identical to what the
              * forward computed and dropped. */
-            layer_forward(m, l, a, m->res[l], NULL);
+            layer_forward(m, l, a, m->res[l], NULL, m->recompute != MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION);
             m->acts_layer = l;
         }
         layer_backward(m, l, a, m->res[l]);

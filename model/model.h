@@ -15,9 +15,12 @@
  * All memory is planned in model_create from the config and max_tokens:
  * parameters (act type, one flat buffer per layer as params.h lays out),
  * their fp32 gradients with the same layout, and the activations. With
- * recompute = 1 only each layer's input is kept during the forward; the
- * backward re-runs the layer's forward just before its backward. The ops are
- * deterministic, so the result is bit-identical to recompute = 0. */
+ * recompute (model_recompute) only each layer's input is kept during the
+ * forward, and the backward re-runs the layer's forward just before its
+ * backward; MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION also keeps each layer's
+ * attention output and logsumexp, so the re-run skips the attention, the op
+ * that costs the most to run again. The ops are deterministic, so every mode
+ * gives bit-identical results. */
 #ifndef DK_MODEL_MODEL_H
 #define DK_MODEL_MODEL_H
 
@@ -59,12 +62,22 @@ typedef struct {
     float *lse;         /* [Hq, T] attention logsumexp */
 } model_layer_acts;
 
+/* What the forward keeps for the backward. */
+typedef enum {
+    MODEL_RECOMPUTE_NONE = 0,  /* every layer's activations */
+    MODEL_RECOMPUTE_LAYER = 1, /* each layer's input; one shared set of activations */
+    /* As LAYER, plus per layer the attention output [T, Hq*D] (act) and its
+     * logsumexp [Hq, T] (fp32): about 1.9 GB more for 28 layers of a
+     * 1.7B-shaped model at 16k tokens. */
+    MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION = 2,
+} model_recompute;
+
 typedef struct model {
     model_config cfg;
     param_layout layout;
     ops_ctx *ctx;
     int max_tokens;
-    int recompute;
+    model_recompute recompute;
     int lmhead_chunk;     /* vocabulary columns per lm-head step (fits ctx->scratch) */
 
     param_buffers params; /* act: the weights */
@@ -73,6 +86,8 @@ typedef struct model {
     /* Activations, planned for max_tokens. */
     void **res;           /* n_layers + 1 residual-stream buffers [T, C]: res[l] is layer l's input */
     model_layer_acts *acts; /* n_layers sets, or one shared set when recompute */
+    void **att_kept;      /* LAYER_KEEP_ATTENTION: n_layers attention outputs [T, Hq*D] */
+    float **lse_kept;     /* and their logsumexp [Hq, T] */
     void *final_h;        /* [T, C] final RMSNorm output (the lm head's input) */
     float *final_rstd;    /* [T] */
     float *logprob;       /* [T] fp32 per-token logprob of the target (0 where masked) */
@@ -106,7 +121,7 @@ size_t model_scratch_bytes(const model_config *cfg, int max_tokens);
 /* Validates cfg, plans and allocates everything for batches of up to
  * max_tokens tokens. Parameters start at zero; load or initialise them. Fails
  * (naming the field or size) on a bad config or a too small ctx->scratch. */
-dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, int recompute);
+dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, model_recompute recompute);
 void model_free(model *m);
 
 /* Loads a Hugging Face checkpoint directory (*.safetensors, HF names) whose

@@ -20,7 +20,7 @@
 #define DK_CONFIG_STR 1024 /* capacity of a string value, NUL included */
 
 typedef enum { DK_MODE_SFT = 0, DK_MODE_RL = 1, DK_MODE_EVAL = 2 } dk_run_mode;
-typedef enum { DK_RECOMPUTE_NONE = 0, DK_RECOMPUTE_LAYER = 1 } dk_recompute;
+typedef enum { DK_RECOMPUTE_NONE = 0, DK_RECOMPUTE_LAYER = 1, DK_RECOMPUTE_LAYER_KEEP_ATTENTION = 2 } dk_recompute;
 typedef enum { DK_ADV_TRLOO = 0, DK_ADV_GRPO = 1, DK_ADV_RLOO = 2 } dk_advantage;
 typedef enum { DK_AGG_TOKEN_MEAN = 0, DK_AGG_SEQ_MEAN_TOKEN_SUM = 1, DK_AGG_SEQ_MEAN_TOKEN_MEAN = 2 } dk_loss_agg;
 typedef enum { DK_PRS_OFF = 0, DK_PRS_HARD = 1, DK_PRS_SOFT = 2 } dk_prs;

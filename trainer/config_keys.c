@@ -27,6 +27,8 @@
 _Static_assert(DK_DEVICE_CPU == 0 && DK_DEVICE_CUDA == 1, "run.device values follow dk_device");
 _Static_assert(DK_ARCH_QWEN3 == 0 && DK_ARCH_QWEN2 == 1 && DK_ARCH_LLAMA == 2, "model.arch values follow dk_arch");
 _Static_assert(LR_COSINE == 0 && LR_LINEAR == 1 && LR_CONSTANT == 2, "train.schedule values follow lr_kind");
+_Static_assert(DK_RECOMPUTE_NONE == 0 && DK_RECOMPUTE_LAYER == 1 && DK_RECOMPUTE_LAYER_KEEP_ATTENTION == 2,
+               "train.recompute values follow dk_recompute");
 _Static_assert(sizeof(dk_run_mode) == sizeof(int) && sizeof(dk_device) == sizeof(int) &&
                    sizeof(dk_arch) == sizeof(int) && sizeof(lr_kind) == sizeof(int),
                "enum keys are stored as int");
@@ -100,8 +102,10 @@ const config_key config_keys[] = {
     K_FLOAT(train, beta2, "0.999", CR_UNIT_LT1, "AdamW second-moment decay"),
     K_FLOAT(train, eps, "1e-08", CR_POS, "AdamW epsilon"),
     K_FLOAT(train, grad_clip, "1", CR_NONNEG, "clip the global gradient norm to this (0: no clipping)"),
-    K_ENUM(train, recompute, "none", "none|layer",
-           "layer: keep only each layer's input and recompute the rest in backward (long sequences)"),
+    K_ENUM(train, recompute, "none", "none|layer|layer_keep_attention",
+           "layer: keep only each layer's input and recompute the rest in backward (long sequences); "
+           "layer_keep_attention: also keep each layer's attention output, so the backward does not run the "
+           "attention again (faster, one [tokens, heads x head_dim] buffer more per layer)"),
 
     K_INT(rl, n_samples, "16", CR_POS, "rollouts per task (the group of the advantage baseline)"),
     K_INT(rl, max_turns, "3", CR_POS, "model turns per rollout; KernelGym's feedback follows each one"),

@@ -23,8 +23,9 @@
  *     the activations and of the backward's act buffers gives 1-3e-2; a
  *     wrong or missing term gives O(1));
  *   - determinism: a second identical forward + backward gives bit-identical
- *     gradients, logprobs and entropies, and so does a model with per-layer
- *     recomputation (recompute = 1). */
+ *     gradients, logprobs and entropies, and so do models with per-layer
+ *     recomputation (recompute = layer, and layer keeping the attention
+ *     outputs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,20 +152,22 @@ static void run_config(const char *label, const model_config *cfg) {
 
     size_t scratch = model_scratch_bytes(cfg, T);
     ops_ctx cpu, gpu;
-    model mc, mg, mr;
+    model mc, mg, mr, mk;
     if (ops_ctx_init(&cpu, DK_DEVICE_CPU, 0, scratch) || ops_ctx_init(&gpu, DK_DEVICE_CUDA, 0, scratch) ||
         model_create(&mc, cfg, &cpu, T, 0) || model_create(&mg, cfg, &gpu, T, 0) ||
-        model_create(&mr, cfg, &gpu, T, 1)) {
+        model_create(&mr, cfg, &gpu, T, MODEL_RECOMPUTE_LAYER) ||
+        model_create(&mk, cfg, &gpu, T, MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION)) {
         printf("FAIL setup: %s\n", dk_error());
         exit(1);
     }
     model_init_random(&mg, 77, 0.1f);
-    buffer_list bc, bg, br;
+    buffer_list bc, bg, br, bk;
     list_buffers(&mc, &bc);
     list_buffers(&mg, &bg);
     list_buffers(&mr, &br);
+    list_buffers(&mk, &bk);
     /* Perturb norm weights and biases on the CUDA model, then copy its exact
-     * bf16 values to the CPU model and to the recomputing CUDA model. */
+     * bf16 values to the CPU model and to the recomputing CUDA models. */
     for (int i = 0; i < bg.count; i++) {
         float *h = dk_malloc(bg.n[i] * sizeof(float));
         ops_download_act(&gpu, h, bg.p[i], bg.n[i]);
@@ -175,15 +178,17 @@ static void run_config(const char *label, const model_config *cfg) {
         ops_download_act(&gpu, h, bg.p[i], bg.n[i]); /* the bf16 values */
         ops_upload_act(&cpu, bc.p[i], h, bc.n[i]);
         ops_upload_act(&gpu, br.p[i], h, br.n[i]);
+        ops_upload_act(&gpu, bk.p[i], h, bk.n[i]);
         ops_sync(&gpu);
         free(h);
     }
 
-    pass_result rc, rg, rg2, rr;
+    pass_result rc, rg, rg2, rr, rk;
     forward_backward(&mc, &bc, &rc);
     forward_backward(&mg, &bg, &rg);
     forward_backward(&mg, &bg, &rg2);
     forward_backward(&mr, &br, &rr);
+    forward_backward(&mk, &bk, &rk);
 
     double dlp_max = 0.0, dent_max = 0.0, dlp_mean = 0.0;
     for (int t = 0; t < T; t++) {
@@ -226,11 +231,16 @@ static void run_config(const char *label, const model_config *cfg) {
                memcmp(rg.lp, rg2.lp, sizeof rg.lp) == 0 && memcmp(rg.ent, rg2.ent, sizeof rg.ent) == 0;
     int same_r = memcmp(rg.grads, rr.grads, rg.n_grads * sizeof(float)) == 0 &&
                  memcmp(rg.lp, rr.lp, sizeof rg.lp) == 0;
-    printf("  repeat bit-identical: %s; recompute = 1 bit-identical: %s\n", same ? "yes" : "NO", same_r ? "yes" : "NO");
+    int same_k = memcmp(rg.grads, rk.grads, rg.n_grads * sizeof(float)) == 0 &&
+                 memcmp(rg.lp, rk.lp, sizeof rg.lp) == 0;
+    printf("  repeat bit-identical: %s; recompute = layer bit-identical: %s; layer keeping attention: %s\n",
+           same ? "yes" : "NO", same_r ? "yes" : "NO", same_k ? "yes" : "NO");
     CHECK(same, "%s: two identical CUDA passes differ", label);
-    CHECK(same_r, "%s: recompute = 1 differs from recompute = 0", label);
+    CHECK(same_r, "%s: recompute = layer differs from recompute = none", label);
+    CHECK(same_k, "%s: recompute = layer_keep_attention differs from recompute = none", label);
 
-    free(rc.grads), free(rg.grads), free(rg2.grads), free(rr.grads);
+    free(rc.grads), free(rg.grads), free(rg2.grads), free(rr.grads), free(rk.grads);
+    model_free(&mk);
     model_free(&mr);
     model_free(&mg);
     model_free(&mc);

@@ -14,7 +14,7 @@
  *     HF gradient to a relative error max|a-b| / max|b| <= 1e-3, mapped by
  *     HF name independently of the loader (gate_proj / up_proj are the two
  *     halves of w_gate_up),
- *   - recompute = 1 is bit-identical to recompute = 0,
+ *   - recompute = layer and layer_keep_attention are bit-identical to none,
  *   - a second forward/backward without zeroing doubles the gradients. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <math.h>
@@ -315,6 +315,24 @@ static void test_family(const char *root, const char *name) {
            same_fwd ? "bit-identical" : "DIFFERENT", same_grad ? "bit-identical" : "DIFFERENT",
            model_device_bytes(&m), model_device_bytes(&m1));
     check(same_fwd && same_grad, name, "recompute = 1 differs from recompute = 0");
+
+    /* Keeping the attention outputs: the backward re-runs every layer but
+     * the attention, and must not change a bit either. */
+    run_result r2;
+    model m2 = run_model(dir, &cfg, &ctx, &b, dlogprob, MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION, &r2);
+    int same_fwd2 = !memcmp(r0.logprob, r2.logprob, T * sizeof(float)) &&
+                    !memcmp(r0.entropy, r2.entropy, T * sizeof(float)) &&
+                    !memcmp(r0.logits, r2.logits, T * V * sizeof(float));
+    int same_grad2 = grads_equal(&m, &r0.g, &r2.g);
+    printf("  recompute keeping attention: forward %s, gradients %s; device bytes %zu\n",
+           same_fwd2 ? "bit-identical" : "DIFFERENT", same_grad2 ? "bit-identical" : "DIFFERENT",
+           model_device_bytes(&m2));
+    check(same_fwd2 && same_grad2, name, "recompute = layer_keep_attention differs from recompute = none");
+    check(model_device_bytes(&m1) < model_device_bytes(&m2) && model_device_bytes(&m2) < model_device_bytes(&m), name,
+          "recompute keeping attention should need more memory than layer and less than none (%zu, %zu, %zu)",
+          model_device_bytes(&m1), model_device_bytes(&m2), model_device_bytes(&m));
+    run_free(&r2, cfg.n_layers);
+    model_free(&m2);
 
     /* Accumulation: one more forward/backward without zeroing doubles the
      * gradients (checked on the recompute model, whose shared activations

@@ -8,12 +8,13 @@
  * Configurations: Qwen3-0.6B shape (hidden 1024, 28 layers, 16 heads, 8 KV
  * heads, head dim 128, intermediate 3072, vocabulary 151936, tied, q/k norm)
  * and Qwen3-1.7B shape (hidden 2048, intermediate 6144, the rest the same),
- * each with recompute none and recompute layer; B = 4 sequences of S = 4096
+ * each with recompute none, layer and layer_keep_attention (the layer
+ * re-run without the attention, whose output is kept); B = 4 sequences of S = 4096
  * tokens packed into one batch (cu_seqlens 0, S, 2S, ...). 2 warm-up steps,
  * then 5 timed steps, each ended by a device sync.
  *
  * FLOPs per step (model FLOPs: recomputation is not counted, so MFU compares
- * recompute none and layer on the same work):
+ * every recompute mode on the same work):
  *   6 * N * B*S                      N = non-embedding parameters (layers +
  *                                    final norm), fwd 2 + bwd 4 per MAC
  * + 6 * hidden * vocab * B*S         the lm head
@@ -26,7 +27,7 @@
  * HF: tools/bench/torch_train.py times Qwen3ForCausalLM(config) in bf16 with
  * sdpa attention on [B, S] at the same shapes (forward + backward of the
  * causal LM loss), without and with gradient checkpointing; recompute none is
- * compared with the former, recompute layer with the latter. By default this
+ * compared with the former, both recomputing modes with the latter. By default this
  * program runs it (DK_PYTHON, default python3; DK_SOURCE, default the current
  * directory) after freeing its own memory; --hf FILE reads its output from a
  * file instead; --no-hf uses the anchors measured on the H200: 0.6B 46.5k
@@ -96,6 +97,14 @@ typedef struct {
 
 static void must(dk_status s, const char *what) { bench_must("bench_train", s, what); }
 
+/* The [train] recompute value of a mode, and its short form for the table. */
+static const char *recompute_name(int rc) {
+    return rc == MODEL_RECOMPUTE_LAYER ? "layer" : rc == MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION ? "layer_keep_attention" : "none";
+}
+static const char *recompute_short(int rc) {
+    return rc == MODEL_RECOMPUTE_LAYER ? "layer" : rc == MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION ? "layer+att" : "none";
+}
+
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint64_t next_u64(void) { return bench_next_u64(&rng); }
 
@@ -129,7 +138,7 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     ops_ctx ctx;
     must(ops_ctx_init(&ctx, dev, 0, model_scratch_bytes(c, T)), "ops_ctx_init");
     model m;
-    must(model_create(&m, c, &ctx, T, recompute), "model_create");
+    must(model_create(&m, c, &ctx, T, (model_recompute)recompute), "model_create");
     double t0 = dk_now();
     bench_random_weights(&m, 0x2545f4914f6cdd1dull);
     double t_init = dk_now() - t0;
@@ -167,7 +176,7 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
         loss = nll / n_targets;
         if (!isfinite(loss)) {
             fprintf(stderr, "bench_train: %s recompute %s: step %d loss is %g\n", sh->name,
-                    recompute ? "layer" : "none", i + 1, loss);
+                    recompute_name(recompute), i + 1, loss);
             exit(1);
         }
     }
@@ -191,7 +200,7 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     r->ln_v = log((double)c->vocab_size);
 
     printf("\n[%s shape, B=%d x S=%d packed (%d tokens), recompute %s]\n", sh->name, B, S, T,
-           recompute ? "layer" : "none");
+           recompute_name(recompute));
     printf("  %.1fM parameters (%.1fM non-embedding); weights initialised in %.1f s\n",
            model_config_n_params(c) / 1e6, n_nonembedding(&m) / 1e6, t_init);
     printf("  %d warm-up + %d timed steps: %.1f ms/step (min %.1f, max %.1f); loss %.4f (ln V = %.4f)\n", warmup,
@@ -287,11 +296,11 @@ int main(int argc, char **argv) {
         shapes[n_shapes++] = (shape){"0.6b", qwen3_0_6b, 4, 4096};
         if (!quick) shapes[n_shapes++] = (shape){"1.7b", qwen3_1_7b, 4, 4096};
     }
-    result rs[4];
+    result rs[6];
     int n = 0;
     memset(rs, 0, sizeof rs);
     for (int s = 0; s < n_shapes; s++)
-        for (int rc = 0; rc <= 1; rc++, n++) {
+        for (int rc = MODEL_RECOMPUTE_NONE; rc <= MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION; rc++, n++) {
             run_config(&shapes[s], dev, rc, warmup, steps, &rs[n]);
             rs[n].hf_tps = rs[n].hf_mem_gb = rs[n].hf_loss = NAN;
         }
@@ -333,10 +342,11 @@ int main(int argc, char **argv) {
         if (!strcmp(r->label, "1.7b"))
             snprintf(mt, sizeof mt, ">= %.0f%%: %s", 100 * TARGET_MFU, r->mfu >= TARGET_MFU ? "met" : "MISSED");
         printf("%-6s %-9s %9.0f %8.1f %5.1f%% %7s | %9s %7s %-14s | %7s %-6s %s\n", r->label,
-               r->recompute ? "layer" : "none", r->tps, r->tflops, 100 * r->mfu, mem, hf, hfm,
+               recompute_short(r->recompute), r->tps, r->tflops, 100 * r->mfu, mem, hf, hfm,
                r->hf_src ? r->hf_src : "none", rt, isnan(ratio) ? "-" : ratio >= TARGET_RATIO ? "met" : "MISSED", mt);
     }
-    printf("ratio = our tokens/s / HF tokens/s (recompute layer vs HF gradient checkpointing); target >= %.1fx\n",
+    printf("ratio = our tokens/s / HF tokens/s (recompute layer and layer+att(ention kept) vs HF gradient "
+           "checkpointing); target >= %.1fx\n",
            TARGET_RATIO);
     for (int i = 0; i < n; i++)
         if (!isnan(rs[i].hf_loss))
