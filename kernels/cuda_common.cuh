@@ -49,6 +49,11 @@ static inline cudaStream_t ctx_stream(const ops_ctx *ctx) { return (cudaStream_t
 
 /* Multiprocessor count of the ctx's GPU (memory.cu caches it per device). */
 int cuda_sm_count(const ops_ctx *ctx);
+/* CTAs of `kernel` resident per multiprocessor at `block` threads and `smem`
+ * bytes of dynamic shared memory, which is first made the kernel's limit
+ * (so a kernel is asked with the one size it launches with). Asked once per
+ * device and remembered (memory.cu): a launch path may call it every time. */
+int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t smem);
 /* Drops matmul.cu's cache of cuBLASLt descriptors and algorithms; memory.cu
  * calls it when the last context is freed. */
 void cuda_matmul_cache_clear(void);
@@ -64,6 +69,26 @@ static inline void *ctx_scratch(const ops_ctx *ctx, size_t bytes, const char *op
 static inline int is_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 static inline unsigned int div_up(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
+
+/* Split counts of the kernels that cut a long axis into chunks and write
+ * fp32 partials per chunk to ctx->scratch (matmul_skinny.cu, paged
+ * attention): n lowered until the partials, per_split bytes each, fit; at
+ * least 1. */
+static inline int splits_in_scratch(const ops_ctx *ctx, int n, size_t per_split) {
+    if (n > 1 && (size_t)n * per_split > ctx->scratch_size) n = (int)(ctx->scratch_size / per_split);
+    return n < 1 ? 1 : n;
+}
+
+/* len cut into at most *n chunks, each a multiple of align: returns the
+ * chunk and sets *n to the chunks it takes (fewer when rounding up left the
+ * last ones empty). */
+static inline int split_chunk(int len, int align, int *n) {
+    int chunk = (len + *n - 1) / *n;
+    chunk = (chunk + align - 1) / align * align;
+    if (chunk < align) chunk = align;
+    *n = (len + chunk - 1) / chunk;
+    return chunk;
+}
 
 /* Blocks for a grid-stride kernel over `work` items of `per_block` each:
  * enough to fill every multiprocessor several times, never more than needed. */
@@ -94,6 +119,14 @@ static inline unsigned int grid_resident(const ops_ctx *ctx, K kernel, int block
 /* ---- device helpers ------------------------------------------------------------ */
 
 #ifdef __CUDACC__
+
+/* RoPE's inverse frequency of pair i for head size D: 1 / theta^(2i/D),
+ * the exponent formed in fp32 as the CPU reference does, the power taken
+ * in double and rounded once, so it is the correctly rounded fp32 value. */
+__device__ __forceinline__ float rope_inv_freq_at(int i, int D, float theta) {
+    const float expo = (float)(2 * i) / (float)D;
+    return 1.0f / (float)pow((double)theta, (double)expo);
+}
 
 /* 8 bf16 in one 16-byte register group. */
 union bf16x8 {

@@ -149,12 +149,7 @@ __global__ void matmul_skinny_reduce(sk_args p) {
 
 template <int MT>
 static void sk_launch(const ops_ctx *ctx, cudaStream_t st, dim3 grid, const sk_args &p) {
-    static int ready[64]; /* per device: the shared-memory limit is set */
-    const int dev = ctx->gpu >= 0 && ctx->gpu < 64 ? ctx->gpu : 0;
-    if (!ready[dev]) {
-        CUDA_CHECK(cudaFuncSetAttribute(matmul_skinny<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SK_SMEM));
-        ready[dev] = 1;
-    }
+    cuda_kernel_per_sm(ctx, (const void *)matmul_skinny<MT>, SK_THREADS, SK_SMEM); /* sets the shared-memory limit */
     matmul_skinny<MT><<<grid, SK_THREADS, SK_SMEM, st>>>(p);
     CUDA_LAUNCH_CHECK();
 }
@@ -177,11 +172,9 @@ extern "C" int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *
     if (nsplit > kst / 4) nsplit = kst / 4;
     if (sk_splits_forced) nsplit = sk_splits_forced < kst ? sk_splits_forced : kst;
     const size_t per_split = (size_t)M * N * sizeof(float);
-    if (nsplit > 1 && (size_t)nsplit * per_split > ctx->scratch_size) nsplit = (int)(ctx->scratch_size / per_split);
-    if (nsplit < 1) nsplit = 1;
-    const int stages_per = (kst + nsplit - 1) / nsplit;
-    p.kchunk = stages_per * SK_KT;
-    p.nsplit = (kst + stages_per - 1) / stages_per;
+    nsplit = splits_in_scratch(ctx, nsplit, per_split);
+    p.kchunk = split_chunk(K, SK_KT, &nsplit);
+    p.nsplit = nsplit;
     if (p.nsplit > 1) p.part = (float *)ctx_scratch(ctx, (size_t)p.nsplit * per_split, "ops_matmul");
     cudaStream_t st = ctx_stream(ctx);
     dim3 grid((unsigned)tiles, (unsigned)p.nsplit);

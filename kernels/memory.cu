@@ -4,6 +4,7 @@
  * their temporary space from, so no op allocates. Act buffers are bf16 here:
  * uploads and downloads of act data convert fp32 <-> bf16 on the host, in
  * chunks through a staging buffer, with round-to-nearest-even. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,38 @@ int cuda_sm_count(const ops_ctx *ctx) {
     int n = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     if (dev >= 0 && dev < CUDA_MAX_DEVICES) sm_counts[dev] = n;
+    return n;
+}
+
+/* Occupancies asked so far: (device, kernel, block, shared memory) -> CTAs
+ * per multiprocessor. A handful of kernel instances ask; the list is short. */
+#define CUDA_OCC_SLOTS 256
+static struct {
+    const void *kernel;
+    int dev, block, per_sm;
+    size_t smem;
+} occ[CUDA_OCC_SLOTS];
+static int n_occ;
+static pthread_mutex_t occ_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t smem) {
+    pthread_mutex_lock(&occ_lock);
+    for (int i = 0; i < n_occ; i++)
+        if (occ[i].kernel == kernel && occ[i].dev == ctx->gpu && occ[i].block == block && occ[i].smem == smem) {
+            const int n = occ[i].per_sm;
+            pthread_mutex_unlock(&occ_lock);
+            return n;
+        }
+    if (smem > 0) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem));
+    if (n < 1) n = 1;
+    if (n_occ < CUDA_OCC_SLOTS) {
+        occ[n_occ].kernel = kernel, occ[n_occ].dev = ctx->gpu, occ[n_occ].block = block;
+        occ[n_occ].smem = smem, occ[n_occ].per_sm = n;
+        n_occ++;
+    }
+    pthread_mutex_unlock(&occ_lock);
     return n;
 }
 

@@ -37,7 +37,6 @@
 #define PA_ROWS 64    /* query rows per CTA tile */
 #define PA_WARPS 4
 #define PA_THREADS (PA_WARPS * 32)
-#define PA_MAX_DEVICES 64
 
 /* ---- work discovery ----------------------------------------------------------- */
 
@@ -340,7 +339,8 @@ __global__ void __launch_bounds__(PA_THREADS) paged_attention_mma(pa_args a) {
 /* One warp per (token, query head); lanes stride the head dim; keys in
  * order with an online softmax in fp32. Writes a partial like the tensor
  * core kernel when split. */
-__global__ void paged_attention_plain(pa_args a, int D) {
+__global__ void paged_attention_plain(pa_args a) {
+    const int D = a.D;
     const int lane = threadIdx.x & 31;
     const int rowid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int t = rowid / a.Hq, head = rowid % a.Hq, split = blockIdx.y;
@@ -467,23 +467,6 @@ static void launch_merge(cudaStream_t st, const pa_args &a) {
  * forced one (cuda_paged_attention_force). */
 static int pa_kind_forced = PA_KERNEL_AUTO;
 
-/* Sets the kernel's shared-memory limit once per device and returns how many
- * of its CTAs fit on one multiprocessor. */
-template <int D>
-static int mma_prepare(const ops_ctx *ctx) {
-    static int per_sm[PA_MAX_DEVICES];
-    const int dev = ctx->gpu >= 0 && ctx->gpu < PA_MAX_DEVICES ? ctx->gpu : 0;
-    if (per_sm[dev] == 0) {
-        const size_t smem = (size_t)4 * PA_KT * D * sizeof(bf16); /* K and V, two stages */
-        CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
-        int n = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_mma<D>, PA_THREADS, smem));
-        per_sm[dev] = n > 0 ? n : 1;
-    }
-    return per_sm[dev];
-}
-
 template <int D>
 static void launch_mma(const ops_ctx *ctx, const pa_args &a, int tiles) {
     const size_t smem = (size_t)4 * PA_KT * D * sizeof(bf16);
@@ -492,12 +475,19 @@ static void launch_mma(const ops_ctx *ctx, const pa_args &a, int tiles) {
     CUDA_LAUNCH_CHECK();
 }
 
+/* CTAs of the tensor-core kernel per multiprocessor; also sets its
+ * shared-memory limit, which launch_mma relies on. */
+template <int D>
+static int mma_per_sm_d(const ops_ctx *ctx) {
+    const size_t smem = (size_t)4 * PA_KT * D * sizeof(bf16); /* K and V, two stages */
+    return cuda_kernel_per_sm(ctx, (const void *)paged_attention_mma<D>, PA_THREADS, smem);
+}
 static int mma_per_sm(const ops_ctx *ctx, int D) {
     switch (D) {
-    case 32: return mma_prepare<32>(ctx);
-    case 64: return mma_prepare<64>(ctx);
-    case 128: return mma_prepare<128>(ctx);
-    case 256: return mma_prepare<256>(ctx);
+    case 32: return mma_per_sm_d<32>(ctx);
+    case 64: return mma_per_sm_d<64>(ctx);
+    case 128: return mma_per_sm_d<128>(ctx);
+    case 256: return mma_per_sm_d<256>(ctx);
     }
     return 1;
 }
@@ -510,8 +500,9 @@ static int choose_splits(long units, int slots, int max_ctx, int max_split) {
     int best = 1;
     double best_cost = 0.0;
     for (int n = 1; n <= max_split; n++) {
-        const int chunk = ((max_ctx + n - 1) / n + PA_KT - 1) / PA_KT * PA_KT;
-        if (n > 1 && (max_ctx + chunk - 1) / chunk < n) continue; /* same chunks as a smaller n */
+        int used = n;
+        const int chunk = split_chunk(max_ctx, PA_KT, &used);
+        if (n > 1 && used < n) continue; /* same chunks as a smaller n */
         const double per_cta = chunk / PA_KT + 1.0;
         const double cost = (double)units * n * per_cta / slots + per_cta + (n > 1 ? 1.0 : 0.0);
         if (n == 1 || cost < best_cost) best = n, best_cost = cost;
@@ -560,10 +551,7 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
      * those; several query tokens per sequence share each key read on
      * tensor cores here. */
     int kind = pa_kind_forced;
-    if (kind == PA_KERNEL_AUTO)
-        kind = !vec ? PA_KERNEL_PLAIN
-                    : (cuda_paged_decode_fits(D, a.G) && (long)T * a.G < 16L * n_seqs ? PA_KERNEL_DECODE
-                                                                                     : PA_KERNEL_MMA);
+    if (kind == PA_KERNEL_AUTO) kind = (long)T * a.G < 16L * n_seqs ? PA_KERNEL_DECODE : PA_KERNEL_MMA;
     if (!vec) kind = PA_KERNEL_PLAIN;
     if (kind == PA_KERNEL_DECODE && !cuda_paged_decode_fits(D, a.G)) kind = PA_KERNEL_MMA;
     const int max_ctx = max_pages * page_size;
@@ -581,12 +569,8 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     }
     /* The partial results must fit the scratch. */
     const size_t per_split = (size_t)T * Hq * (D + 1) * sizeof(float);
-    if (nsplit > 1 && (size_t)nsplit * per_split > ctx->scratch_size) nsplit = (int)(ctx->scratch_size / per_split);
-    if (nsplit < 1) nsplit = 1;
-    int chunk = (max_ctx + nsplit - 1) / nsplit;
-    chunk = (chunk + align - 1) / align * align;
-    nsplit = (max_ctx + chunk - 1) / chunk;
-    a.chunk = chunk;
+    nsplit = splits_in_scratch(ctx, nsplit, per_split);
+    a.chunk = split_chunk(max_ctx, align, &nsplit);
     a.nsplit = nsplit;
     a.part_o = NULL;
     a.part_lse = NULL;
@@ -607,7 +591,7 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         }
     } else {
         dim3 grid((unsigned)(((long)T * Hq + 3) / 4), nsplit);
-        paged_attention_plain<<<grid, 128, 0, st>>>(a, D);
+        paged_attention_plain<<<grid, 128, 0, st>>>(a);
         CUDA_LAUNCH_CHECK();
     }
     if (nsplit > 1) launch_merge(st, a);

@@ -230,15 +230,7 @@ int cuda_paged_decode_fits(int D, int G) {
  * two steps of keys per split. A batch that already fills the GPU is not
  * split. */
 int cuda_paged_decode_splits(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx) {
-    /* CTAs per SM of each instance, asked once per device. */
-    static int occupancy[64][4][4];
-    const int dev = ctx->gpu >= 0 && ctx->gpu < 64 ? ctx->gpu : 0;
-    const int di = D == 32 ? 0 : D == 64 ? 1 : D == 128 ? 2 : 3, gi = G <= 1 ? 0 : G <= 2 ? 1 : G <= 4 ? 2 : 3;
-    int per_sm = occupancy[dev][di][gi];
-    if (per_sm == 0) {
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(D, G), PD_THREADS, 0));
-        occupancy[dev][di][gi] = per_sm = per_sm > 0 ? per_sm : 1;
-    }
+    const int per_sm = cuda_kernel_per_sm(ctx, (const void *)kernel_for(D, G), PD_THREADS, 0);
     const long slots = (long)cuda_sm_count(ctx) * per_sm;
     const long units = T * Hkv;
     const long align = cuda_paged_decode_chunk_align(D);

@@ -6,10 +6,11 @@
  *
  * A warp serves one head of one token (q, k or v). A lane owns the pairs
  * (i, i + D/2) for i = lane, lane + 32, ... in registers, so the RMSNorm sum
- * of squares is one warp reduction and the rotation needs no exchange. The arithmetic is that of the unfused kernels: the norm as
- * (x * r) * w with r = 1 / sqrt(mean(x^2) + eps), rounded to bf16; the angle
- * pos * inv_freq with inv_freq = 1 / theta^(2i/D) evaluated in double and
- * rounded once, cos and sin by sincosf; the rotated value rounded once. */
+ * of squares is one warp reduction and the rotation needs no exchange. The
+ * arithmetic is that of the unfused kernels: the norm as (x * r) * w with
+ * r = 1 / sqrt(mean(x^2) + eps), rounded to bf16; the angle pos * inv_freq
+ * (rope_inv_freq_at, as rope.cu), cos and sin by sincosf; the rotated value
+ * rounded once. */
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
@@ -70,9 +71,8 @@ __global__ void __launch_bounds__(QC_WARPS * 32)
             a = __bfloat162float(__float2bfloat16_rn((a * r) * __bfloat162float(w[i])));
             b = __bfloat162float(__float2bfloat16_rn((b * r) * __bfloat162float(w[i + half])));
         }
-        const float inv_freq = 1.0f / (float)pow((double)theta, (double)((float)(2 * i) / (float)D));
         float sn, cs;
-        sincosf(p * inv_freq, &sn, &cs);
+        sincosf(p * rope_inv_freq_at(i, D, theta), &sn, &cs);
         dst[i] = __float2bfloat16_rn(a * cs - b * sn);
         dst[i + half] = __float2bfloat16_rn(b * cs + a * sn);
     }

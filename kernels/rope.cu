@@ -23,10 +23,7 @@
 
 /* inv_freq[i] for i < half into shared memory. */
 __device__ __forceinline__ void rope_inv_freq(float *inv_freq, int half, int D, float theta) {
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float expo = (float)(2 * i) / (float)D;
-        inv_freq[i] = 1.0f / (float)pow((double)theta, (double)expo);
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = rope_inv_freq_at(i, D, theta);
     __syncthreads();
 }
 
