@@ -467,11 +467,13 @@ static void launch_merge(cudaStream_t st, const pa_args &a) {
  * forced one (cuda_paged_attention_force). */
 static int pa_kind_forced = PA_KERNEL_AUTO;
 
+/* The tensor-core kernel's shared memory: K and V tiles, two stages. */
+#define PA_MMA_SMEM(D) ((size_t)4 * PA_KT * (D) * sizeof(bf16))
+
 template <int D>
 static void launch_mma(const ops_ctx *ctx, const pa_args &a, int tiles) {
-    const size_t smem = (size_t)4 * PA_KT * D * sizeof(bf16);
     dim3 grid(a.nsplit, a.Hkv, tiles);
-    paged_attention_mma<D><<<grid, PA_THREADS, smem, ctx_stream(ctx)>>>(a);
+    paged_attention_mma<D><<<grid, PA_THREADS, PA_MMA_SMEM(D), ctx_stream(ctx)>>>(a);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -479,8 +481,7 @@ static void launch_mma(const ops_ctx *ctx, const pa_args &a, int tiles) {
  * shared-memory limit, which launch_mma relies on. */
 template <int D>
 static int mma_per_sm_d(const ops_ctx *ctx) {
-    const size_t smem = (size_t)4 * PA_KT * D * sizeof(bf16); /* K and V, two stages */
-    return cuda_kernel_per_sm(ctx, (const void *)paged_attention_mma<D>, PA_THREADS, smem);
+    return cuda_kernel_per_sm(ctx, (const void *)paged_attention_mma<D>, PA_THREADS, PA_MMA_SMEM(D));
 }
 static int mma_per_sm(const ops_ctx *ctx, int D) {
     switch (D) {
