@@ -1,6 +1,7 @@
 /* test_gen_cuda_ops.c: the CUDA generation ops (ops_kv_write,
  * ops_paged_attention, ops_qkv_to_cache, ops_sample) against the CPU
- * reference ops on the same data. Exits 77 where no CUDA GPU (or no CUDA op table) is available.
+ * reference ops on the same data. Exits 77 where no CUDA GPU (or no CUDA op
+ * table) is available.
  *
  * Inputs are drawn in fp32 and rounded to bf16 once, so both backends see the
  * same values. Tolerances and why:

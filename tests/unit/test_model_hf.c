@@ -170,6 +170,12 @@ static model run_model(const char *dir, const model_config *cfg, ops_ctx *ctx, c
     return m;
 }
 
+/* The forward outputs of two runs, bit for bit. */
+static int same_forward(const run_result *a, const run_result *b, size_t T, size_t V) {
+    return !memcmp(a->logprob, b->logprob, T * sizeof(float)) && !memcmp(a->entropy, b->entropy, T * sizeof(float)) &&
+           !memcmp(a->logits, b->logits, T * V * sizeof(float));
+}
+
 static void run_free(run_result *r, int n_layers) {
     free(r->logprob);
     free(r->entropy);
@@ -306,10 +312,8 @@ static void test_family(const char *root, const char *name) {
     printf("  gradients: %zu values compared, worst %s rel %.3g\n", compared, worst_name, worst);
 
     /* Recompute must not change a single bit. */
-    model m1 = run_model(dir, &cfg, &ctx, &b, dlogprob, 1, &r1);
-    int same_fwd = !memcmp(r0.logprob, r1.logprob, T * sizeof(float)) &&
-                   !memcmp(r0.entropy, r1.entropy, T * sizeof(float)) &&
-                   !memcmp(r0.logits, r1.logits, T * V * sizeof(float));
+    model m1 = run_model(dir, &cfg, &ctx, &b, dlogprob, MODEL_RECOMPUTE_LAYER, &r1);
+    int same_fwd = same_forward(&r0, &r1, T, V);
     int same_grad = grads_equal(&m, &r0.g, &r1.g);
     printf("  recompute: forward %s, gradients %s; device bytes %zu (off) vs %zu (on)\n",
            same_fwd ? "bit-identical" : "DIFFERENT", same_grad ? "bit-identical" : "DIFFERENT",
@@ -320,9 +324,7 @@ static void test_family(const char *root, const char *name) {
      * the attention, and must not change a bit either. */
     run_result r2;
     model m2 = run_model(dir, &cfg, &ctx, &b, dlogprob, MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION, &r2);
-    int same_fwd2 = !memcmp(r0.logprob, r2.logprob, T * sizeof(float)) &&
-                    !memcmp(r0.entropy, r2.entropy, T * sizeof(float)) &&
-                    !memcmp(r0.logits, r2.logits, T * V * sizeof(float));
+    int same_fwd2 = same_forward(&r0, &r2, T, V);
     int same_grad2 = grads_equal(&m, &r0.g, &r2.g);
     printf("  recompute keeping attention: forward %s, gradients %s; device bytes %zu\n",
            same_fwd2 ? "bit-identical" : "DIFFERENT", same_grad2 ? "bit-identical" : "DIFFERENT",

@@ -150,7 +150,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     const model_config *c = &m->cfg;
     ops_ctx *ctx = m->ctx;
     const int C = c->hidden_size, I = c->intermediate_size, D = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads;
-    const int Q = Hq * D, KV = Hkv * D, G = Hq / Hkv, V = c->vocab_size, L = c->n_layers;
+    const int Q = Hq * D, KV = Hkv * D, V = c->vocab_size, L = c->n_layers;
     const int P = 16, pages_per = (ctx_len + P - 1) / P;
     kv_cache kv;
     must(kv_cache_create(&kv, ctx, c, P, B * pages_per), "kv cache");
@@ -160,17 +160,16 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     void *qk = ops_alloc(ctx, (size_t)B * (Q + KV) * A), *att = ops_alloc(ctx, (size_t)B * Q * A);
     void *gu = ops_alloc(ctx, (size_t)B * 2 * I * A), *h = ops_alloc(ctx, (size_t)B * I * A);
     float *rstd = ops_alloc(ctx, (size_t)B * Hq * 4), *logits = ops_alloc(ctx, (size_t)B * V * 4);
-    int32_t *hi = dk_malloc((size_t)(B * (G + 2) + 7 * B + 1 + B * pages_per) * 4);
-    int32_t *rows = hi, *pos = rows + B * (G + 2), *slot = pos + B, *cu = slot + B, *lens = cu + B + 1, *tok = lens + B;
+    const size_t ni = (size_t)(7 * B + 1 + B * pages_per);
+    int32_t *hi = dk_malloc(ni * 4);
+    int32_t *pos = hi, *slot = pos + B, *cu = slot + B, *lens = cu + B + 1, *tok = lens + B;
     int32_t *out = tok + B, *bt = out + 2 * B;
-    gen_forward_qkv_rows(c, B, rows);
     cu[0] = 0;
     for (int b = 0; b < B; b++) {
         pos[b] = ctx_len - 1, lens[b] = ctx_len, cu[b + 1] = b + 1, tok[b] = b;
         for (int p = 0; p < pages_per; p++) bt[b * pages_per + p] = b * pages_per + p;
         slot[b] = bt[b * pages_per + (ctx_len - 1) / P] * P + (ctx_len - 1) % P;
     }
-    size_t ni = (size_t)(B * (G + 2) + 7 * B + 1 + B * pages_per);
     int32_t *di = ops_alloc(ctx, ni * 4);
     ops_upload(ctx, di, hi, ni * 4);
     int32_t *d_pos = di + (pos - hi), *d_slot = di + (slot - hi), *d_cu = di + (cu - hi);
