@@ -81,6 +81,12 @@ void cpu_graph_free(ops_graph *g);
 void cpu_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, float *m, float *v, size_t n,
                float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);
 
+/* fused_matmul_cpu.c */
+void cpu_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
+                        int N, int K, float eps, float alpha, float beta);
+void cpu_swiglu_matmul(ops_ctx *ctx, void *c, void *tmp, const void *gu, const void *w, int M, int N, int K,
+                       float alpha, float beta);
+
 /* qkv_to_cache_cpu.c */
 void cpu_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,
                       const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,

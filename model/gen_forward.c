@@ -70,12 +70,12 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
     const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)D);
 #define W(t) param_layer_ptr(&m->params, &m->layout, l, t)
 
-    ops_rmsnorm_forward(ctx, f->ln, f->rstd, f->x, W(P_ATTN_NORM), T, C, eps);
     if (!st->fresh && T <= GEN_FUSED_QKV_TOKENS) {
-        /* Decode and short continuations: one matmul into [T, q | k | v]
-         * rows, then one op norms and rotates q and k and caches k and v. */
+        /* Decode and short continuations: the norm and one matmul into
+         * [T, q | k | v] rows, then one op norms and rotates q and k and
+         * caches k and v. */
         char *rows = T == 1 ? f->qkv : f->qkv_fused;
-        ops_matmul(ctx, rows, 0, f->ln, W(P_WQ), T, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f);
+        ops_rmsnorm_matmul(ctx, rows, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
         if (c->qkv_bias) ops_bias_forward(ctx, rows, W(P_BQ), T, Q + 2 * KV);
         ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], rows, c->qk_norm ? W(P_Q_NORM) : NULL,
                          c->qk_norm ? W(P_K_NORM) : NULL, st->pos, st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
@@ -85,6 +85,7 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
         if (c->o_bias) ops_bias_forward(ctx, f->x, W(P_BO), T, C);
         return;
     }
+    ops_rmsnorm_forward(ctx, f->ln, f->rstd, f->x, W(P_ATTN_NORM), T, C, eps);
     /* q, k, v as [T*Q | T*KV | T*KV]: for one token this is the row
      * [q | k | v] that a single matmul with the stacked wq|wk|wv (adjacent
      * in the layer buffer, as are bq|bk|bv) produces. */
@@ -136,10 +137,10 @@ static void mlp_block(gen_forward *f, const gen_step *st, int l) {
     ops_ctx *ctx = m->ctx;
     const int T = st->T, C = c->hidden_size, I = c->intermediate_size;
 #define W(t) param_layer_ptr(&m->params, &m->layout, l, t)
-    ops_rmsnorm_forward(ctx, f->ln, f->rstd, f->x, W(P_MLP_NORM), T, C, c->rms_eps);
-    ops_matmul(ctx, f->gu, 0, f->ln, W(P_W_GATE_UP), T, 2 * I, C, 0, 1, 1.0f, 0.0f);
-    ops_swiglu_forward(ctx, f->h, f->gu, T, I);
-    ops_matmul(ctx, f->x, 0, f->h, W(P_W_DOWN), T, C, I, 0, 1, 1.0f, 1.0f);
+    /* Each input transform rides on the product after it (fused where the
+     * backend can; f->ln and f->h hold the transformed rows otherwise). */
+    ops_rmsnorm_matmul(ctx, f->gu, f->ln, f->x, W(P_MLP_NORM), W(P_W_GATE_UP), T, 2 * I, C, c->rms_eps, 1.0f, 0.0f);
+    ops_swiglu_matmul(ctx, f->x, f->h, f->gu, W(P_W_DOWN), T, C, I, 1.0f, 1.0f);
 #undef W
 }
 

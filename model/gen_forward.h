@@ -11,10 +11,13 @@
  *   gate|up, SwiGLU, x += down(h)] -> gather the sampled rows -> RMSNorm ->
  *   fp32 logits -> ops_sample
  *
- * The residual adds ride on the projections (matmul with beta = 1), so a
- * layer is a dozen op calls. q, k and v come from one matmul with the
- * stacked wq|wk|wv (adjacent in the layer buffer, as are bq|bk|bv) when a
- * step has at most GEN_FUSED_QKV_TOKENS tokens. A step over cached prefixes
+ * The residual adds ride on the projections (matmul with beta = 1), and in
+ * the MLP (and before q|k|v in decode steps) the RMSNorm and SwiGLU ride on
+ * the product after them (ops_rmsnorm_matmul, ops_swiglu_matmul: one
+ * kernel for a few rows on CUDA), so a decode layer is six op calls.
+ * q, k and v come from one matmul with the stacked wq|wk|wv (adjacent in
+ * the layer buffer, as are bq|bk|bv) when a step has at most
+ * GEN_FUSED_QKV_TOKENS tokens. A step over cached prefixes
  * (decode, short continuations) hands its [T, q | k | v] rows to
  * ops_qkv_to_cache, which norms and rotates q and k and caches k and v in
  * one op, then attends over the pages. A small fresh step regroups the rows

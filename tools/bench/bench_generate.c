@@ -197,8 +197,12 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     } while (0)
     const double wqkv = 2.0 * (Q + 2.0 * KV) * C;
     TIME("embedding", 1, 2.0 * B * C, ops_embedding_forward(ctx, x, d_tok, m->params.embed, B, C));
-    TIME("rmsnorm [B, C]", 2 * L + 1, 4.0 * B * C, ops_rmsnorm_forward(ctx, ln, rstd, x, WL(P_ATTN_NORM), B, C, 1e-6f));
-    TIME("matmul q|k|v fused", L, wqkv, ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
+    /* The step's norms before q|k|v and gate|up ride on those products (the
+     * rows in parentheses time the parts alone); the final norm runs alone. */
+    TIME("rmsnorm [B, C]", 1, 4.0 * B * C, ops_rmsnorm_forward(ctx, ln, rstd, x, WL(P_ATTN_NORM), B, C, 1e-6f));
+    TIME("rmsnorm + matmul q|k|v", L, wqkv,
+         ops_rmsnorm_matmul(ctx, fused, ln, x, WL(P_ATTN_NORM), WL(P_WQ), B, Q + 2 * KV, C, 1e-6f, 1.0f, 0.0f));
+    TIME("(matmul q|k|v alone)", 0, wqkv, ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
     if (B > 1) {
         TIME("(matmul q alone)", 0, 2.0 * Q * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WQ), B, Q, C, 0, 1, 1.0f, 0.0f));
         TIME("(matmul k alone)", 0, 2.0 * KV * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WK), B, KV, C, 0, 1, 1.0f, 0.0f));
@@ -217,9 +221,14 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
                              0.0883883f));
     cuda_paged_attention_force(PA_KERNEL_AUTO);
     TIME("matmul o (+residual)", L, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
-    TIME("matmul gate|up", L, 4.0 * I * C, ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
-    TIME("swiglu", L, 6.0 * B * I, ops_swiglu_forward(ctx, h, gu, B, I));
-    TIME("matmul down (+residual)", L, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
+    TIME("rmsnorm + matmul gate|up", L, 4.0 * I * C,
+         ops_rmsnorm_matmul(ctx, gu, ln, x, WL(P_MLP_NORM), WL(P_W_GATE_UP), B, 2 * I, C, 1e-6f, 1.0f, 0.0f));
+    TIME("(matmul gate|up alone)", 0, 4.0 * I * C,
+         ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
+    TIME("(swiglu alone)", 0, 6.0 * B * I, ops_swiglu_forward(ctx, h, gu, B, I));
+    TIME("swiglu + matmul down (+res)", L, 2.0 * C * I,
+         ops_swiglu_matmul(ctx, x, h, gu, WL(P_W_DOWN), B, C, I, 1.0f, 1.0f));
+    TIME("(matmul down alone)", 0, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
     if (B > 8) { /* the split-K kernel's split count (chosen per call above) */
         static const int splits[] = {2, 4, 6, 12, 16};
         for (int i = 0; i < 5; i++) {

@@ -1,0 +1,44 @@
+/* fused_matmul.cu: ops_rmsnorm_matmul and ops_swiglu_matmul on the CUDA
+ * backend. A decode step at batch 1 is a chain of about ten kernels per
+ * layer, and the RMSNorm and SwiGLU kernels between the projections move a
+ * few kilobytes each: their cost is the launch. For up to GEMV_MAX_M rows
+ * the few-row product kernel of gemv_common.cuh reads the raw rows and
+ * normalises or gates them as it loads them (each warp already reads every
+ * input row whole), so the step loses those kernels. Larger products run
+ * the two ops in turn through tmp, where the matmul's own kernels win. */
+#include "kernels/gemv_common.cuh"
+#include "kernels/ops_cuda.h"
+#include "kernels/ops_cuda_infer.h"
+
+static int fused_fits(int M, int N, int K, const void *a, const void *w, const void *norm_w) {
+    return M >= 1 && M <= GEMV_MAX_M && N >= 1 && N <= GEMV_MAX_N && K >= 8 && K % 8 == 0 && is_aligned16(a) &&
+           is_aligned16(w) && (!norm_w || is_aligned16(norm_w));
+}
+
+extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w,
+                                    const void *w, int M, int N, int K, float eps, float alpha, float beta) {
+    if (M < 0 || N < 0 || K <= 0) DK_ABORT("ops_rmsnorm_matmul: bad shape M=%d N=%d K=%d", M, N, K);
+    if (M == 0 || N == 0) return;
+    if (fused_fits(M, N, K, x, w, norm_w)) {
+        gemv_args g = {c, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, N, K, K, eps, alpha, beta};
+        gemv_launch_rows<GEMV_RMSNORM>(ctx_stream(ctx), g, M, 0);
+        return;
+    }
+    /* rstd is not needed past the norm: scratch is free again for the matmul. */
+    float *rstd = (float *)ctx_scratch(ctx, (size_t)M * sizeof(float), "ops_rmsnorm_matmul");
+    cuda_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
+    cuda_matmul(ctx, c, 0, tmp, w, M, N, K, 0, 1, alpha, beta);
+}
+
+extern "C" void cuda_swiglu_matmul(ops_ctx *ctx, void *c, void *tmp, const void *gu, const void *w, int M, int N,
+                                   int K, float alpha, float beta) {
+    if (M < 0 || N < 0 || K <= 0) DK_ABORT("ops_swiglu_matmul: bad shape M=%d N=%d K=%d", M, N, K);
+    if (M == 0 || N == 0) return;
+    if (fused_fits(M, N, K, gu, w, NULL)) {
+        gemv_args g = {c, (const bf16 *)gu, (const bf16 *)w, NULL, N, K, 2 * K, 0.0f, alpha, beta};
+        gemv_launch_rows<GEMV_SWIGLU>(ctx_stream(ctx), g, M, 0);
+        return;
+    }
+    cuda_swiglu_forward(ctx, tmp, gu, M, K);
+    cuda_matmul(ctx, c, 0, tmp, w, M, N, K, 0, 1, alpha, beta);
+}
