@@ -164,15 +164,31 @@ __device__ __forceinline__ void emb_put(float *dst, const float acc[VEC]) {
 
 __device__ __forceinline__ uint32_t key_id(uint64_t k) { return (uint32_t)(k >> 32); }
 
+template <int VEC>
+__device__ __forceinline__ void emb_load_f32(float v[VEC], const float *p) {
+    if (VEC == 8) {
+        const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+        v[0] = p[0];
+    }
+}
+
+#define EMB_U 4 /* window positions whose loads are in flight together */
+
 /* Step 2. Block (x, w): window w, columns of thread x. head / tail are
- * [nwin][C] partial slots. */
+ * [nwin][C] partial slots. The window's positions are taken EMB_U at a
+ * time: their dout chunks and the dtable chunks of their ids are loaded
+ * first, all in flight together, then added in position order. A dtable
+ * chunk read ahead is safe: within this kernel only the thread that owns a
+ * run wholly inside its window writes that run's row. */
 template <int VEC>
 __global__ void __launch_bounds__(128)
     emb_window_sums(float *dtable, float *head, float *tail, const uint64_t *__restrict__ keys,
                     const bf16 *__restrict__ dout, int T, int C, int P) {
     extern __shared__ uint64_t wkeys[]; /* the window's P keys */
-    const int w = blockIdx.y, start = w * P, end = min(start + P, T);
-    for (int i = threadIdx.x; i < end - start; i += blockDim.x) wkeys[i] = keys[start + i];
+    const int w = blockIdx.y, start = w * P, end = min(start + P, T), n = end - start;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) wkeys[i] = keys[start + i];
     __syncthreads();
     const int col = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (col >= C) return;
@@ -180,32 +196,58 @@ __global__ void __launch_bounds__(128)
     const uint32_t after = end < T ? key_id(keys[end]) : NO_ID;
     uint32_t cur = key_id(wkeys[0]);
     if (cur == NO_ID) return; /* only invalid ids and padding from here on */
-    bool cur_before = cur == before && cur != NO_ID;
-    float acc[VEC];
+    bool cur_before = cur == before;
+    float acc[VEC], base[VEC]; /* the run's sum; its dtable chunk as read */
 #pragma unroll
-    for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
-    for (int p = 0; p <= end - start; p++) {
-        const uint32_t id = p < end - start ? key_id(wkeys[p]) : NO_ID;
-        const bool last = p == end - start;
-        if (id != cur || last) {
-            /* Flush the run of `cur`. */
-            if (cur != NO_ID) {
-                bool cont = last && cur == after;
-                if (cur_before) emb_put<VEC>(head + (size_t)w * C + col, acc);
-                else if (cont) emb_put<VEC>(tail + (size_t)w * C + col, acc);
-                else emb_add_row<VEC>(dtable + (size_t)cur * C + col, acc);
-            }
-            if (last || id == NO_ID) break; /* invalid ids sort last: nothing after them */
-            cur = id;
-            cur_before = false;
+    for (int k = 0; k < VEC; k++) acc[k] = base[k] = 0.0f;
+    /* The run of `cur` ends: its sum goes to a partial slot when it crosses
+     * the window's start or (at the window's end) its end, else onto its row. */
+    auto flush = [&](bool at_end) {
+        if (cur_before) {
+            emb_put<VEC>(head + (size_t)w * C + col, acc);
+        } else if (at_end && cur == after) {
+            emb_put<VEC>(tail + (size_t)w * C + col, acc);
+        } else {
+            float out[VEC];
 #pragma unroll
-            for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
+            for (int k = 0; k < VEC; k++) out[k] = base[k] + acc[k];
+            emb_put<VEC>(dtable + (size_t)cur * C + col, out);
         }
-        float v[VEC];
-        emb_load<VEC>(v, dout + (size_t)(uint32_t)wkeys[p] * C + col);
+    };
+    for (int p0 = 0; p0 < n; p0 += EMB_U) {
+        float v[EMB_U][VEC], d[EMB_U][VEC];
 #pragma unroll
-        for (int k = 0; k < VEC; k++) acc[k] += v[k];
+        for (int u = 0; u < EMB_U; u++) {
+            const int p = p0 + u;
+#pragma unroll
+            for (int k = 0; k < VEC; k++) v[u][k] = d[u][k] = 0.0f;
+            if (p < n) {
+                const uint64_t key = wkeys[p];
+                emb_load<VEC>(v[u], dout + (size_t)(uint32_t)key * C + col);
+                if (key_id(key) != NO_ID) emb_load_f32<VEC>(d[u], dtable + (size_t)key_id(key) * C + col);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < EMB_U; u++) {
+            const int p = p0 + u;
+            if (p >= n) break;
+            const uint32_t id = key_id(wkeys[p]);
+            if (p == 0) {
+#pragma unroll
+                for (int k = 0; k < VEC; k++) base[k] = d[u][k];
+            } else if (id != cur) {
+                flush(false);
+                if (id == NO_ID) return; /* invalid ids sort last: nothing after them */
+                cur = id;
+                cur_before = false;
+#pragma unroll
+                for (int k = 0; k < VEC; k++) acc[k] = 0.0f, base[k] = d[u][k];
+            }
+#pragma unroll
+            for (int k = 0; k < VEC; k++) acc[k] += v[u][k];
+        }
     }
+    flush(true);
 }
 
 /* Step 3. Thread (x, w): if window w's last run starts in it and continues
