@@ -46,7 +46,7 @@ template <int VEC>
 __global__ void __launch_bounds__(COLSUM_X *COLSUM_Y)
     bias_colsum_partial(float *partial, const bf16 *__restrict__ dy, int N, int C) {
     __shared__ float sh[COLSUM_Y][COLSUM_X * VEC];
-    allow_dependent_launch();
+    pdl_launch_dependents();
     const int col = (blockIdx.x * COLSUM_X + threadIdx.x) * VEC;
     float acc[VEC];
 #pragma unroll

@@ -206,6 +206,21 @@ __device__ __forceinline__ T team_sum(T v, int tpr, T *sh) {
     return s;
 }
 
+/* Programmatic dependent launch (Hopper). A kernel queued by
+ * cuda_launch_pdl may start while the kernel before it in the stream still
+ * runs, once every block of that one has called pdl_launch_dependents() or
+ * exited: its launch and prologue overlap the other's tail instead of
+ * following its completion. Until it calls pdl_wait() it may only read what
+ * no kernel of the stream writes (weights) and write nothing; pdl_wait()
+ * returns when the kernel before has completed and its writes are visible.
+ * Each such kernel calls pdl_launch_dependents() only after its own
+ * pdl_wait(), so at most two kernels of a chain are in flight, and each
+ * waits on a predecessor that itself finished waiting. Both are no-ops in a
+ * kernel launched the ordinary way, and an ordinary launch after a PDL one
+ * still waits for it to complete. */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 /* out[c] += sum over s = 0..S-1 of partial[s * C + c], deterministic: thread
  * (x, y) of an 8 x 128 block sums rows y, y + 128, ... of column c in order,
  * then the 128 row lanes are added in a fixed tree. The second stage of
@@ -219,9 +234,8 @@ __global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
     colsum_partials_acc(float *out, const T *partial, int S, int C) {
     __shared__ float sh[COLSUM_ROWS][COLSUM_COLS + 1];
     /* Launched early behind the kernel that writes the partials (see
-     * colsum_partials_launch); wait here until that kernel has completed and
-     * its writes are visible. */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+     * colsum_partials_launch). */
+    pdl_wait();
     const int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
     float s = 0.0f;
     if (c < C)
@@ -235,27 +249,32 @@ __global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
     if (threadIdx.y == 0 && c < C) out[c] += sh[0][threadIdx.x];
 }
 
-/* Launched with programmatic dependent launch (Hopper): the kernel before
- * it lets dependents start (griddepcontrol.launch_dependents), so this launch
- * and its block scheduling overlap that kernel's tail instead of following
- * its completion; griddepcontrol.wait in the kernel keeps the ordering. */
-static inline void colsum_partials_launch(cudaStream_t st, float *out, const float *partial, int S, int C) {
+/* Whether the decode-step kernels use it (memory.cu; see cuda_pdl_set). */
+int cuda_pdl_enabled(void);
+
+template <typename... KArgs, typename... Args>
+static inline void cuda_launch_pdl(cudaStream_t st, int pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                   size_t smem, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3(div_up((size_t)C, COLSUM_COLS));
-    cfg.blockDim = dim3(COLSUM_COLS, COLSUM_ROWS);
-    cfg.dynamicSmemBytes = 0;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, colsum_partials_acc<float>, out, partial, S, C));
+    cfg.numAttrs = pdl ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-/* For the kernels that feed colsum_partials_launch: let the dependent
- * launch begin (its blocks still wait for this grid to finish). */
-__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
+/* The column sums run behind the kernel that writes the partials, which
+ * calls pdl_launch_dependents() first thing (it reads nothing the column
+ * sums write, and they wait for it). */
+static inline void colsum_partials_launch(cudaStream_t st, float *out, const float *partial, int S, int C) {
+    cuda_launch_pdl(st, 1, colsum_partials_acc<float>, dim3(div_up((size_t)C, COLSUM_COLS)),
+                    dim3(COLSUM_COLS, COLSUM_ROWS), 0, out, partial, S, C);
+}
 
 #endif /* __CUDACC__ */
 

@@ -13,7 +13,8 @@
  * where act() rounds to bf16, as the unfused op's output would be. fp32 sums
  * in a fixed order (deterministic), a warp reduction, then alpha, beta and
  * one rounding to the output type. No shared memory and no block barrier,
- * so many warps stay resident and keep enough loads in flight. */
+ * so many warps stay resident and keep enough loads in flight. Launched as
+ * a programmatic dependent launch (cuda_common.cuh) when cuda_pdl_enabled(). */
 #ifndef DK_GEMV_COMMON_CUH
 #define DK_GEMV_COMMON_CUH
 
@@ -40,9 +41,21 @@ template <int M, int PRO, bool F32OUT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (n >= p.N) return;
     const int K = p.K, chunks = K / 8;
     const uint4 *wr = (const uint4 *)(p.w + (size_t)n * K);
+    /* The first GEMV_UNROLL chunks of W's row go in flight before the wait
+     * for the kernel before (programmatic dependent launch, decode steps):
+     * the weights are no kernel's output, and at K = 2048 that is the whole
+     * row, so the weight stream overlaps the previous kernel's tail. */
+    uint4 wv[GEMV_UNROLL];
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; u++) {
+        const int ch = lane + 32 * u;
+        wv[u] = n < p.N && ch < chunks ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+    if (n >= p.N) return;
     float r[M];
 #pragma unroll
     for (int m = 0; m < M; m++) r[m] = 1.0f;
@@ -62,13 +75,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; m++) acc[m] = 0.0f;
-    for (int base = lane; base < chunks; base += 32 * GEMV_UNROLL) {
-        uint4 wv[GEMV_UNROLL];
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int ch = base + 32 * u;
-            wv[u] = ch < chunks ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
-        }
+    for (int base = lane;;) {
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
             const int ch = base + 32 * u;
@@ -93,6 +100,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
 #pragma unroll
                 for (int j = 0; j < 8; j++) acc[m] = fmaf(wf[j], af[j], acc[m]);
             }
+        }
+        base += 32 * GEMV_UNROLL;
+        if (base >= chunks) break;
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int ch = base + 32 * u;
+            wv[u] = ch < chunks ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
         }
     }
 #pragma unroll
@@ -119,9 +133,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
 
 template <int M, int PRO>
 static void gemv_launch_pro(cudaStream_t st, const gemv_args &p, int c_f32) {
-    const unsigned blocks = (unsigned)((p.N + GEMV_WARPS - 1) / GEMV_WARPS);
-    if (c_f32) gemv_rows<M, PRO, true><<<blocks, GEMV_WARPS * 32, 0, st>>>(p);
-    else gemv_rows<M, PRO, false><<<blocks, GEMV_WARPS * 32, 0, st>>>(p);
+    const dim3 blocks((unsigned)((p.N + GEMV_WARPS - 1) / GEMV_WARPS)), threads(GEMV_WARPS * 32);
+    if (c_f32) cuda_launch_pdl(st, cuda_pdl_enabled(), gemv_rows<M, PRO, true>, blocks, threads, 0, p);
+    else cuda_launch_pdl(st, cuda_pdl_enabled(), gemv_rows<M, PRO, false>, blocks, threads, 0, p);
 }
 
 /* M (1..GEMV_MAX_M) as a template argument. */

@@ -154,9 +154,12 @@ static void sk_launch(const ops_ctx *ctx, cudaStream_t st, dim3 grid, const sk_a
     CUDA_LAUNCH_CHECK();
 }
 
-/* Split count pinned by a benchmark (0: chosen per call). */
-static int sk_splits_forced = 0;
+/* Split count pinned by a benchmark (0: chosen per call), and whether a
+ * benchmark routes every shape here (matmul.cu asks). */
+static int sk_splits_forced = 0, sk_all = 0;
 extern "C" void cuda_matmul_skinny_force_splits(int n) { sk_splits_forced = n > 0 ? n : 0; }
+extern "C" void cuda_matmul_skinny_force_all(int on) { sk_all = on != 0; }
+extern "C" int cuda_matmul_skinny_all(void) { return sk_all; }
 
 extern "C" int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                                   int trans_a, int trans_b, float alpha, float beta) {

@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
                  const float *__restrict__ rstd, int N, int C, int tpr) {
     extern __shared__ float team_acc[]; /* [tpb][C] dw, then [tpb][C] db, when tpb > 1 */
     __shared__ float sh[32];
-    allow_dependent_launch();
+    pdl_launch_dependents();
     const int NV = C >> 3, tpb = blockDim.x / tpr, team = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     const float inv_c = 1.0f / (float)C;
     float acc_w[VPL][8], acc_b[VPL][8];

@@ -50,6 +50,15 @@ int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void
 int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                        int trans_a, int trans_b, float alpha, float beta);
 void cuda_matmul_skinny_force_splits(int n);
+/* force_all routes every product it can take (9..64 rows, K % 64 == 0) to
+ * it instead of only the long-K ones, for benchmarks comparing it with
+ * cuBLASLt shape by shape */
+void cuda_matmul_skinny_force_all(int on);
+int cuda_matmul_skinny_all(void);
+
+/* memory.cu: programmatic dependent launch of the decode-step kernels
+ * (cuda_common.cuh); on by default, a benchmark turns it off to measure it */
+void cuda_pdl_set(int on);
 
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);

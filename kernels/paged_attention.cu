@@ -395,6 +395,8 @@ __global__ void paged_attention_merge(pa_args a) {
     const int lane = threadIdx.x & 31, D = a.D;
     const int rowid = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int t = rowid / a.Hq, head = rowid % a.Hq;
+    pdl_wait(); /* the partials are the kernel before's output */
+    pdl_launch_dependents();
     if (t >= a.T) return;
     const int s = pa_seq_of(a, t);
     bf16 *dst = a.out + ((size_t)t * a.Hq + head) * D;
@@ -446,19 +448,22 @@ __global__ void paged_attention_merge(pa_args a) {
         if (lane + 32 * k < D) dst[lane + 32 * k] = __float2bfloat16_rn(acc[k] * inv);
 }
 
+/* A programmatic dependent launch (cuda_common.cuh) behind the split
+ * kernel. */
 static void launch_merge(cudaStream_t st, const pa_args &a) {
-    const unsigned blocks = (unsigned)(((long)a.T * a.Hq + 3) / 4);
+    const dim3 blocks((unsigned)(((long)a.T * a.Hq + 3) / 4)), threads(128);
+    void (*k)(pa_args);
     switch ((a.D + 31) / 32) {
-    case 1: paged_attention_merge<1><<<blocks, 128, 0, st>>>(a); break;
-    case 2: paged_attention_merge<2><<<blocks, 128, 0, st>>>(a); break;
-    case 3: paged_attention_merge<3><<<blocks, 128, 0, st>>>(a); break;
-    case 4: paged_attention_merge<4><<<blocks, 128, 0, st>>>(a); break;
-    case 5: paged_attention_merge<5><<<blocks, 128, 0, st>>>(a); break;
-    case 6: paged_attention_merge<6><<<blocks, 128, 0, st>>>(a); break;
-    case 7: paged_attention_merge<7><<<blocks, 128, 0, st>>>(a); break;
-    default: paged_attention_merge<8><<<blocks, 128, 0, st>>>(a); break;
+    case 1: k = paged_attention_merge<1>; break;
+    case 2: k = paged_attention_merge<2>; break;
+    case 3: k = paged_attention_merge<3>; break;
+    case 4: k = paged_attention_merge<4>; break;
+    case 5: k = paged_attention_merge<5>; break;
+    case 6: k = paged_attention_merge<6>; break;
+    case 7: k = paged_attention_merge<7>; break;
+    default: k = paged_attention_merge<8>; break;
     }
-    CUDA_LAUNCH_CHECK();
+    cuda_launch_pdl(st, cuda_pdl_enabled(), k, blocks, threads, 0, a);
 }
 
 /* ---- host ------------------------------------------------------------------------ */

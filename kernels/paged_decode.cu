@@ -20,7 +20,8 @@
  *
  * Any query count per sequence is served correctly (each token has its own
  * causal end), but keys are re-read per token, so the host picks this
- * kernel only when sequences carry few query rows (see cuda_paged_attention). */
+ * kernel only when sequences carry few query rows (see cuda_paged_attention).
+ * A programmatic dependent launch (cuda_common.cuh) on the decode path. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda_infer.h"
 #include "kernels/paged_common.cuh"
@@ -48,6 +49,8 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / LPK, part = lane % LPK;
     const int t = blockIdx.x / a.Hkv, g = blockIdx.x % a.Hkv, split = blockIdx.y;
+    pdl_wait(); /* q and the new token's K/V are the kernel before's output */
+    pdl_launch_dependents();
     const int s = pa_seq_of(a, t);
     if (s >= a.n_seqs) { /* padding token: zero (split runs leave it to the merge) */
         if (a.nsplit == 1)
@@ -245,6 +248,5 @@ int cuda_paged_decode_chunk_align(int D) { return PD_WARPS * (32 / (D / 8)) * 2;
 
 void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a) {
     dim3 grid((unsigned)((long)a->T * a->Hkv), (unsigned)a->nsplit);
-    kernel_for(a->D, a->G)<<<grid, PD_THREADS, 0, ctx_stream(ctx)>>>(*a);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_enabled(), kernel_for(a->D, a->G), grid, dim3(PD_THREADS), 0, *a);
 }

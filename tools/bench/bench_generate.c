@@ -22,9 +22,11 @@
  *
  * Decode steps replay captured CUDA graphs (gen_config.cuda_graphs), as the
  * trainer's rollouts do by default; --no-graphs launches every kernel. The
- * launch probe and op table launch their kernels either way.
+ * launch probe and op table launch their kernels either way. The decode
+ * kernels that support it start as programmatic dependent launches
+ * (cuda_common.cuh); --no-pdl launches them the ordinary way, to measure it.
  *
- * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] */
+ * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,6 +240,16 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
             TIME(name, 0, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
         }
         cuda_matmul_skinny_force_splits(0);
+        /* The split-K kernel on the products cuBLASLt keeps. */
+        cuda_matmul_skinny_force_all(1);
+        TIME("(q|k|v, split-K kernel)", 0, wqkv,
+             ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
+        TIME("(o, split-K kernel)", 0, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
+        TIME("(gate|up, split-K kernel)", 0, 4.0 * I * C,
+             ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
+        TIME("(lm head, split-K kernel)", 0, 2.0 * V * C,
+             ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
+        cuda_matmul_skinny_force_all(0);
     }
     TIME("matmul lm head (fp32 out)", 1, 2.0 * V * C,
          ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
@@ -254,14 +266,16 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, bw = 4.27e12;
-    int quick = 0, graphs = 1;
+    int quick = 0, graphs = 1, pdl = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
+        else if (!strcmp(argv[i], "--no-pdl")) pdl = 0;
         else {
-            fprintf(stderr, "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs]\n");
+            fprintf(stderr,
+                    "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl]\n");
             return 2;
         }
     }
@@ -269,6 +283,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_generate: needs a CUDA GPU and a build with the CUDA op table\n");
         return 1;
     }
+    cuda_pdl_set(pdl);
     char desc[256];
     device_describe(0, desc, sizeof desc);
     printf("device: %s\n", desc);
@@ -289,9 +304,9 @@ int main(int argc, char **argv) {
     gen_engine *e;
     must(gen_create(&e, &m, &gc), "gen_create");
     printf("engine: %d pages of 16 tokens (%.1f GB KV cache), max batch 64, prefill chunks of 8192 tokens, "
-           "decode graphs %s\n",
+           "decode graphs %s, programmatic dependent launch %s\n",
            gen_get_config(e)->n_pages, gen_get_config(e)->n_pages * gen_page_bytes(c, &ctx, 16) / 1e9,
-           graphs ? "on" : "off (--no-graphs)");
+           graphs ? "on" : "off (--no-graphs)", pdl ? "on" : "off (--no-pdl)");
 
     /* Warm-up: builds every matmul plan the runs below use. */
     {
