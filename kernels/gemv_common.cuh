@@ -1,5 +1,5 @@
 /* gemv_common.cuh: the few-row product kernel that matmul_gemv.cu (plain
- * rows) and fused_matmul.cu (rows normalised or gated on the fly) share.
+ * rows) and fused_matmul.cu (rows normalised on the fly) share.
  *
  * One warp per output column n, GEMV_WARPS columns per block: the lanes
  * stride over W's row n in 16-byte chunks, GEMV_UNROLL chunks each issued
@@ -9,7 +9,6 @@
  *   GEMV_PLAIN    a[m, k]
  *   GEMV_RMSNORM  act((a[m, k] * r_m) * norm_w[k]), r_m = 1 / sqrt(mean_k a[m, k]^2 + eps),
  *                 each warp summing its rows' squares first (from cache)
- *   GEMV_SWIGLU   act(silu(a[m, k]) * a[m, K + k]), silu(g) = g / (1 + exp(-g))
  * where act() rounds to bf16, as the unfused op's output would be. fp32 sums
  * in a fixed order (deterministic), a warp reduction, then alpha, beta and
  * one rounding to the output type. No shared memory and no block barrier,
@@ -26,7 +25,7 @@
 /* Wider outputs (the lm head) already run near the copy rate in cuBLASLt. */
 #define GEMV_MAX_N 32768
 
-enum { GEMV_PLAIN, GEMV_RMSNORM, GEMV_SWIGLU };
+enum { GEMV_PLAIN, GEMV_RMSNORM };
 
 struct gemv_args {
     void *c;
@@ -91,11 +90,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
                 if (PRO == GEMV_RMSNORM) {
 #pragma unroll
                     for (int j = 0; j < 8; j++) af[j] = gemv_act((af[j] * r[m]) * nw[j]);
-                } else if (PRO == GEMV_SWIGLU) {
-                    float uf[8];
-                    bf16x8_to_f32(__ldg(row + chunks + ch), uf);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) af[j] = gemv_act(af[j] / (1.0f + expf(-af[j])) * uf[j]);
                 }
 #pragma unroll
                 for (int j = 0; j < 8; j++) acc[m] = fmaf(wf[j], af[j], acc[m]);

@@ -229,10 +229,6 @@ void ops_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const v
                         int N, int K, float eps, float alpha, float beta) {
     DISPATCH(rmsnorm_matmul, ctx, c, tmp, x, norm_w, w, M, N, K, eps, alpha, beta);
 }
-void ops_swiglu_matmul(ops_ctx *ctx, void *c, void *tmp, const void *gu, const void *w, int M, int N, int K,
-                       float alpha, float beta) {
-    DISPATCH(swiglu_matmul, ctx, c, tmp, gu, w, M, N, K, alpha, beta);
-}
 void ops_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,
                       const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
                       int T, int Hq, int Hkv, int D, float eps, float theta) {

@@ -181,21 +181,16 @@ void ops_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, floa
  * ops_kv_write stores k[t], v[t] ([T, Hkv, D]) at slot_mapping[t]. */
 void ops_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
                   const int32_t *slot_mapping, int T, int Hkv, int D);
-/* A decode step's input transform fused into the product that follows it:
+/* A decode step's RMSNorm fused into the product that follows it:
  *   ops_rmsnorm_matmul: C[M, N] = alpha * (rmsnorm(x) * norm_w) W^T + beta * C
  *                       (x [M, K]; the normalised rows rounded to act, as
  *                       ops_rmsnorm_forward writes them)
- *   ops_swiglu_matmul:  C[M, N] = alpha * swiglu(gu) W^T + beta * C
- *                       (gu [M, 2K] as ops_swiglu_forward takes it, the
- *                       activation rounded to act)
  * W is [N, K] (a weight, transposed as in x W^T), C act. tmp [M, K] (act)
  * holds the transformed rows where the backend runs the two ops in turn
  * (always on the CPU; on CUDA above a few rows); its contents after the call
  * are unspecified. */
 void ops_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                         int N, int K, float eps, float alpha, float beta);
-void ops_swiglu_matmul(ops_ctx *ctx, void *c, void *tmp, const void *gu, const void *w, int M, int N, int K,
-                       float alpha, float beta);
 /* The tail of a step's q|k|v projection in one op, from qkv[T, (Hq + 2 Hkv)
  * D] (per token: the q heads, then the k heads, then the v heads):
  *   q_out[t, h] = rope(rmsnorm(q[t, h]) * q_norm_w, pos[t])   ([T, Hq, D])

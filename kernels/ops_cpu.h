@@ -84,8 +84,6 @@ void cpu_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, floa
 /* fused_matmul_cpu.c */
 void cpu_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                         int N, int K, float eps, float alpha, float beta);
-void cpu_swiglu_matmul(ops_ctx *ctx, void *c, void *tmp, const void *gu, const void *w, int M, int N, int K,
-                       float alpha, float beta);
 
 /* qkv_to_cache_cpu.c */
 void cpu_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,

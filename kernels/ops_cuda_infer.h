@@ -20,8 +20,6 @@ void cuda_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, co
  * transform in its loads (M <= 8); the two ops in turn above that. */
 void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                          int N, int K, float eps, float alpha, float beta);
-void cuda_swiglu_matmul(ops_ctx *ctx, void *c, void *tmp, const void *gu, const void *w, int M, int N, int K,
-                        float alpha, float beta);
 
 /* qkv_to_cache.cu: a block per token, a warp per head. */
 void cuda_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,

@@ -12,9 +12,9 @@
  *   fp32 logits -> ops_sample
  *
  * The residual adds ride on the projections (matmul with beta = 1), and in
- * the MLP (and before q|k|v in decode steps) the RMSNorm and SwiGLU ride on
- * the product after them (ops_rmsnorm_matmul, ops_swiglu_matmul: one
- * kernel for a few rows on CUDA), so a decode layer is six op calls.
+ * the MLP (and before q|k|v in decode steps) the RMSNorm rides on the
+ * product after it (ops_rmsnorm_matmul: one kernel for a few rows on CUDA),
+ * so a decode layer is seven op calls.
  * q, k and v come from one matmul with the stacked wq|wk|wv (adjacent in
  * the layer buffer, as are bq|bk|bv) when a step has at most
  * GEN_FUSED_QKV_TOKENS tokens. A step over cached prefixes
