@@ -15,7 +15,15 @@
  *           the selection is deterministic;
  *   draw:   the exponential race over the kept tokens, argmax with the lower
  *           index winning ties.
- * Without top-k and top-p a sampled row costs two passes over the logits. */
+ * A row without top-k and top-p (or a greedy one) needs no whole-row
+ * selection: when the vocabulary is longer than SAMPLE_CHUNK, its pass 1 and
+ * draw run as one pass split over slices of SAMPLE_CHUNK logits, a block
+ * each (sample_slices: 38 blocks for a 151,936-token vocabulary instead of
+ * one, which took 130 us per step on an H200), and sample_rows merges the
+ * slices' (max, sum) in slice order. The slices are fixed by V alone, so a
+ * row's logprob does not depend on the rows sampled beside it; the drawn
+ * token is the same as the one-block path's (the race and the argmax keep
+ * the same winner under any split), and the logits are not rewritten. */
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
@@ -114,30 +122,25 @@ __device__ uint32_t block_radix_select(const float *y, int V, float m, int by_ma
     return prefix;
 }
 
-__global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(int32_t *tokens, float *logprob, float *logits,
-                                                              const sample_params *params, int V) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    __shared__ float sm[32], ss[32];
-    __shared__ unsigned long long hist[256];
-    __shared__ unsigned long long tot[32];
-    __shared__ uint32_t sh[4];
-    const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const sample_params p = params[row];
-    float *y = logits + (size_t)row * V;
-    const bool greedy = !(p.temperature > 0.0f);
+#define SAMPLE_CHUNK 4096
+#define SAMPLE_SLICE_THREADS 256
 
-    /* Pass 1: tempered logits in place, running max and sum, first argmax. */
-    float m = -INFINITY, s = 0.0f, bv = -INFINITY;
-    int bi = -1;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float v = y[i];
-        if (!greedy) v = v / p.temperature, y[i] = v;
-        if (v > m) s = s * expf(m - v) + 1.0f, m = v;
-        else if (v != -INFINITY) s += expf(v - m);
-        if (better(v, i, bv, bi)) bv = v, bi = i;
-    }
-    /* Merge (max, sum) pairs: warp tree, then the warps in order. */
+/* One slice's share of a plain row. */
+struct sample_part {
+    float m, s;   /* max of the tempered logits, sum of exp(v - m) */
+    float gv, rv; /* first argmax, race winner: values */
+    int gi, ri;   /* and indices */
+};
+
+/* Greedy, or sampled with nothing truncated: the rows sample_slices takes. */
+__device__ __forceinline__ bool sample_plain(const sample_params &p, int V) {
+    return !(p.temperature > 0.0f) || (!(p.top_k > 0 && p.top_k < V) && !(p.top_p < 1.0f));
+}
+
+/* (max, sum of exp) pairs of a block merged: a warp tree, then the warps in
+ * order; every thread gets the result. */
+__device__ void block_max_sum(float &m, float &s, float *sm, float *ss) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
@@ -155,7 +158,91 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(int32_t *tokens, f
         sm[0] = M, ss[0] = S;
     }
     __syncthreads();
-    const float M = sm[0], lse = M + logf(ss[0]);
+    m = sm[0], s = ss[0];
+    __syncthreads();
+}
+
+/* Block (b, row): slice b of a plain row: the running (max, sum), the first
+ * argmax of the tempered logits and the race winner, as the one-block
+ * path's pass 1 and draw compute them. */
+__global__ void __launch_bounds__(SAMPLE_SLICE_THREADS)
+    sample_slices(sample_part *part, const float *__restrict__ logits, const sample_params *params, int V) {
+    __shared__ float sv[32], sm[32], ss[32];
+    __shared__ int si[32];
+    pdl_launch_dependents(); /* sample_rows waits for this grid before it reads */
+    const int row = blockIdx.y, b = blockIdx.x;
+    const sample_params p = params[row];
+    if (!sample_plain(p, V)) return;
+    const bool greedy = !(p.temperature > 0.0f);
+    const float *y = logits + (size_t)row * V;
+    const int end = min(V, (b + 1) * SAMPLE_CHUNK);
+    const uint64_t key = sample_row_key(p.seed, p.counter);
+    float m = -INFINITY, s = 0.0f, bv = -INFINITY, rv = -INFINITY;
+    int bi = -1, ri = -1;
+    for (int i = b * SAMPLE_CHUNK + threadIdx.x; i < end; i += blockDim.x) {
+        float v = y[i];
+        if (!greedy) v = v / p.temperature;
+        if (v > m) s = s * expf(m - v) + 1.0f, m = v;
+        else if (v != -INFINITY) s += expf(v - m);
+        if (better(v, i, bv, bi)) bv = v, bi = i;
+        if (!greedy) {
+            const float e = -logf(sample_uniform(key, (uint32_t)i));
+            const float r = v - logf(e);
+            if (ri < 0 || better(r, i, rv, ri)) rv = r, ri = i;
+        }
+    }
+    block_max_sum(m, s, sm, ss);
+    const arg_best g = block_argmax(bv, bi, sv, si);
+    const arg_best r = block_argmax(rv, ri, sv, si);
+    if (threadIdx.x == 0) part[(size_t)row * gridDim.x + b] = {m, s, g.v, r.v, g.i, r.i};
+}
+
+/* parts: sample_slices' output for the plain rows (nb slices each), or NULL
+ * when every row takes the one-block path. */
+__global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(int32_t *tokens, float *logprob, float *logits,
+                                                              const sample_params *params, int V,
+                                                              const sample_part *parts, int nb) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    __shared__ float sm[32], ss[32];
+    __shared__ unsigned long long hist[256];
+    __shared__ unsigned long long tot[32];
+    __shared__ uint32_t sh[4];
+    const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    pdl_wait(); /* parts are the kernel before's output */
+    const sample_params p = params[row];
+    float *y = logits + (size_t)row * V;
+    const bool greedy = !(p.temperature > 0.0f);
+    if (parts && sample_plain(p, V)) { /* the slices in order */
+        if (threadIdx.x == 0) {
+            const sample_part *q = parts + (size_t)row * nb;
+            float M = -INFINITY, S = 0.0f, gv = -INFINITY, rv = -INFINITY;
+            int gi = -1, ri = -1;
+            for (int b = 0; b < nb; b++) M = fmaxf(M, q[b].m);
+            for (int b = 0; b < nb; b++) {
+                if (q[b].m != -INFINITY) S += q[b].s * expf(q[b].m - M);
+                if (better(q[b].gv, q[b].gi, gv, gi)) gv = q[b].gv, gi = q[b].gi;
+                if (q[b].ri >= 0 && (ri < 0 || better(q[b].rv, q[b].ri, rv, ri))) rv = q[b].rv, ri = q[b].ri;
+            }
+            const int t = greedy ? gi : ri;
+            tokens[row] = t;
+            logprob[row] = (greedy ? y[t] : y[t] / p.temperature) - (M + logf(S));
+        }
+        return;
+    }
+
+    /* Pass 1: tempered logits in place, running max and sum, first argmax. */
+    float m = -INFINITY, s = 0.0f, bv = -INFINITY;
+    int bi = -1;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float v = y[i];
+        if (!greedy) v = v / p.temperature, y[i] = v;
+        if (v > m) s = s * expf(m - v) + 1.0f, m = v;
+        else if (v != -INFINITY) s += expf(v - m);
+        if (better(v, i, bv, bi)) bv = v, bi = i;
+    }
+    block_max_sum(m, s, sm, ss);
+    const float M = m, lse = M + logf(s);
     arg_best best = block_argmax(bv, bi, sv, si);
 
     if (!greedy) {
@@ -202,6 +289,14 @@ extern "C" void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float
                             int n, int V) {
     if (n < 0 || V <= 0) DK_ABORT("ops_sample: bad shape n=%d V=%d", n, V);
     if (n == 0) return;
-    sample_rows<<<n, SAMPLE_THREADS, 0, ctx_stream(ctx)>>>(tokens, logprob, logits, params, V);
-    CUDA_LAUNCH_CHECK();
+    cudaStream_t st = ctx_stream(ctx);
+    sample_part *parts = NULL;
+    const int nb = (V + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK;
+    if (nb > 1) {
+        parts = (sample_part *)ctx_scratch(ctx, (size_t)n * nb * sizeof(sample_part), "ops_sample");
+        sample_slices<<<dim3((unsigned)nb, (unsigned)n), SAMPLE_SLICE_THREADS, 0, st>>>(parts, logits, params, V);
+        CUDA_LAUNCH_CHECK();
+    }
+    cuda_launch_pdl(st, parts != NULL, sample_rows, dim3((unsigned)n), dim3(SAMPLE_THREADS), 0, tokens, logprob,
+                    logits, params, V, (const sample_part *)parts, nb);
 }

@@ -239,12 +239,16 @@ static void test_qkv_to_cache(void) {
 
 /* ---- sample ---------------------------------------------------------------------------- */
 
+/* top_k < 0: odd rows keep the -top_k best, even rows nothing truncated
+ * (a batch that mixes the sliced and the one-block paths). */
 static void compare_sample(const char *what, int n, int V, float T, int top_k, float top_p) {
     rng_seed((uint64_t)(V + top_k * 7 + n));
     float *z = rand_normal((size_t)n * V, 2.0f, 0.0f);
     sample_params *prm = dk_malloc((size_t)n * sizeof(sample_params));
-    for (int r = 0; r < n; r++)
-        prm[r] = (sample_params){.temperature = T, .top_p = top_p, .top_k = top_k, .seed = 5, .counter = (uint64_t)r};
+    for (int r = 0; r < n; r++) {
+        const int k = top_k >= 0 ? top_k : (r & 1 ? -top_k : 0);
+        prm[r] = (sample_params){.temperature = T, .top_p = top_p, .top_k = k, .seed = 5, .counter = (uint64_t)r};
+    }
     float *zc = dk_malloc((size_t)n * V * 4);
     memcpy(zc, z, (size_t)n * V * 4);
     int32_t *tc = dk_malloc((size_t)n * 4), *tg = dk_malloc((size_t)n * 4);
@@ -361,10 +365,15 @@ static void test_sample(void) {
     compare_sample("top-k", 2048, 1000, 0.8f, 40, 1.0f);
     compare_sample("top-p", 2048, 1000, 1.2f, 0, 0.9f);
     compare_sample("both", 512, 151936, 1.0f, 100, 0.95f);
+    /* A vocabulary over 4096 without truncation takes the sliced path. */
+    compare_sample("full", 256, 151936, 1.0f, 0, 1.0f);
+    compare_sample("full", 64, 5000, 0.6f, 0, 1.0f);
+    compare_sample("mixed", 128, 151936, 0.9f, -50, 1.0f);
     compare_sample("top-p", 256, 151936, 0.7f, 0, 0.8f);
     gpu_chi2(64, 1.0f, 0, 1.0f, 40000);
     gpu_chi2(64, 0.7f, 10, 0.9f, 40000);
     gpu_chi2(151936, 0.25f, 30, 0.9f, 10000);
+    gpu_chi2(20000, 0.2f, 0, 1.0f, 20000);
 }
 
 int main(void) {
