@@ -156,10 +156,16 @@ __device__ __forceinline__ void emb_add_row(float *dst, const float acc[VEC]) {
     }
 }
 
+/* Two 16-byte stores for a chunk of 8: as 8 scalar stores each store
+ * instruction of a warp would write 4 bytes into each of 32 sectors. */
 template <int VEC>
 __device__ __forceinline__ void emb_put(float *dst, const float acc[VEC]) {
-#pragma unroll
-    for (int k = 0; k < VEC; k++) dst[k] = acc[k];
+    if (VEC == 8) {
+        *(float4 *)dst = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        *(float4 *)(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    } else {
+        dst[0] = acc[0];
+    }
 }
 
 __device__ __forceinline__ uint32_t key_id(uint64_t k) { return (uint32_t)(k >> 32); }

@@ -138,18 +138,28 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
 #pragma unroll
         for (int k = 0; k < 8; k++) acc_w[j][k] = acc_b[j][k] = 0.0f;
     }
-    for (int base = blockIdx.x * tpb; base < N; base += gridDim.x * tpb) {
+    /* RMSNorm pipelines its rows as the forward does: the next row's dout
+     * and x are in flight during this row's reductions and stores. (The
+     * LayerNorm variant's second accumulator leaves no registers for them.) */
+    constexpr bool PIPE = !LN;
+    const int step = gridDim.x * tpb;
+    uint4 gv[VPL], xv[VPL], gn[VPL], xn[VPL];
+    auto load_row = [&](uint4 *gd, uint4 *xd, int r) {
+#pragma unroll
+        for (int j = 0; j < VPL; j++) {
+            const int v = lane + j * tpr;
+            const bool in = r < N && v < NV;
+            gd[j] = in ? ld_stream(dout + (size_t)r * C + 8 * v) : make_uint4(0, 0, 0, 0);
+            xd[j] = in ? ld_stream(x + (size_t)r * C + 8 * v) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    if (PIPE) load_row(gv, xv, blockIdx.x * tpb + team);
+    for (int base = blockIdx.x * tpb; base < N; base += step) {
         const int row = base + team;
         const bool valid = row < N;
         const size_t off = (size_t)row * C;
-        uint4 gv[VPL], xv[VPL];
-#pragma unroll
-        for (int j = 0; j < VPL; j++) {
-            int v = lane + j * tpr;
-            bool in = valid && v < NV;
-            gv[j] = in ? ld_stream(dout + off + 8 * v) : make_uint4(0, 0, 0, 0);
-            xv[j] = in ? ld_stream(x + off + 8 * v) : make_uint4(0, 0, 0, 0);
-        }
+        if (PIPE) load_row(gn, xn, row + step);
+        else load_row(gv, xv, row);
         const float r = valid ? rstd[row] : 0.0f;
         const float mu = (LN && valid) ? mean[row] : 0.0f;
         /* Row sums: RMS s1 = sum g w x; LN s1 = sum g w, s2 = sum g w xhat.
@@ -175,7 +185,12 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
         }
         s1 = team_sum(s1, tpr, sh);
         if (LN) s2 = team_sum(s2, tpr, sh);
-        if (!valid) continue;
+        if (!valid) {
+            if (PIPE)
+#pragma unroll
+                for (int j = 0; j < VPL; j++) gv[j] = gn[j], xv[j] = xn[j];
+            continue;
+        }
         const float kr = r * r * r * s1 * inv_c; /* RMS */
         const float m1 = s1 * inv_c, m2 = s2 * inv_c; /* LN */
 #pragma unroll
@@ -200,6 +215,9 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
             }
             st_stream(dx + off + 8 * v, f32_to_bf16x8(d));
         }
+        if (PIPE)
+#pragma unroll
+            for (int j = 0; j < VPL; j++) gv[j] = gn[j], xv[j] = xn[j];
     }
     /* This block's row of partial sums. */
     float *pw = partial_w + (size_t)blockIdx.x * C, *pb = DB ? partial_b + (size_t)blockIdx.x * C : NULL;
@@ -336,12 +354,12 @@ __global__ void __launch_bounds__(256) norm_dw_scalar(float *partial_w, float *p
 /* ---- launchers ----------------------------------------------------------------------- */
 
 /* Team width and vectors per lane for the fast path, or 0 for the scalar
- * path: the narrowest power-of-two team that keeps VPL <= 4, so every thread
- * has up to 4 independent 16-byte loads in flight (4 threads for a 128-wide
- * q/k-norm row, a warp for C = 1024, 256 threads for C = 5120). */
-static inline int norm_plan(int C, int *vpl) {
+ * path: the narrowest power-of-two team that keeps VPL <= max_vpl (4: every
+ * thread has up to 4 independent 16-byte loads in flight; 4 threads for a
+ * 128-wide q/k-norm row, a warp for C = 1024, 256 threads for C = 5120). */
+static inline int norm_plan(int C, int *vpl, int max_vpl = 4) {
     if (C <= 0 || C % 8 != 0) return 0;
-    int nv = C / 8, need = (nv + 3) / 4, tpr = 1;
+    int nv = C / 8, need = (nv + max_vpl - 1) / max_vpl, tpr = 1;
     while (tpr < need) tpr <<= 1;
     if (tpr > NORM_MAX_TPR) return 0;
     *vpl = (nv + tpr - 1) / tpr;
@@ -406,7 +424,11 @@ static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const vo
     if (N <= 0 || C <= 0) return;
     cudaStream_t st = ctx_stream(ctx);
     const bool with_b = LN && db;
-    int vpl = 0, tpr = norm_plan(C, &vpl);
+    /* The RMSNorm backward holds two rows of vectors (it pipelines them):
+     * at most 2 vectors a lane where teams of up to NORM_MAX_TPR allow, so
+     * it keeps under the register limit without spilling. */
+    int vpl = 0, tpr = LN ? 0 : norm_plan(C, &vpl, 2);
+    if (!tpr) tpr = norm_plan(C, &vpl);
     if (tpr && !(is_aligned16(dx) && is_aligned16(dout) && is_aligned16(x) && is_aligned16(w))) tpr = 0;
     bf16 *d = (bf16 *)dx;
     const bf16 *g = (const bf16 *)dout, *xb = (const bf16 *)x, *wb = (const bf16 *)w;
