@@ -24,7 +24,9 @@
  * trainer's rollouts do by default; --no-graphs launches every kernel. The
  * launch probe and op table launch their kernels either way. The decode
  * kernels that support it start as programmatic dependent launches
- * (cuda_common.cuh); --no-pdl launches them the ordinary way, to measure it.
+ * (cuda_common.cuh), and sections 1 and 2 then run again on a fresh engine
+ * with ordinary launches, so one run shows what that gains; --no-pdl uses
+ * ordinary launches throughout.
  *
  * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] */
 #include <math.h>
@@ -262,6 +264,78 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     kv_cache_free(&kv);
 }
 
+/* ---- 1 and 2: the engine's throughput and latency ---------------------------------- */
+
+/* Sections 1 and 2 on engine e; tag names the launch mode in the headers. */
+static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KVT, double bw, double hf_tps,
+                         int quick, const char *tag) {
+    /* Warm-up: builds every matmul plan and decode graph the runs below use. */
+    {
+        gen_seq *w[64];
+        for (int i = 0; i < 64; i++) w[i] = random_seq(e, 9000 + (uint64_t)i, 512, V);
+        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 4};
+        must(gen_run(e, w, 64, &p), "warm-up");
+        for (int i = 0; i < 64; i++) gen_seq_free(e, w[i]);
+        gen_seq *one = random_seq(e, 1, 1024, V);
+        p.max_new_tokens = 4;
+        must(gen_run(e, &one, 1, &p), "warm-up");
+        gen_seq_free(e, one);
+    }
+
+    /* 1. batch 64, prompt 512, 256 new tokens. */
+    {
+        enum { B = 64, PROMPT = 512, NEW = 256 };
+        gen_seq *s[B];
+        for (int i = 0; i < B; i++) s[i] = random_seq(e, 100 + (uint64_t)i, PROMPT, V);
+        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
+        ops_sync(ctx);
+        double a = dk_now();
+        must(gen_run(e, s, B, &p), "prefill");
+        double b = dk_now();
+        p.max_new_tokens = NEW - 1;
+        long steps0 = gen_get_stats(e)->steps;
+        must(gen_run(e, s, B, &p), "decode");
+        double d = dk_now();
+        long steps = gen_get_stats(e)->steps - steps0;
+        int ok = 1;
+        for (int i = 0; i < B; i++) ok &= s[i]->n_tokens == PROMPT + NEW;
+        const double total = d - a, decode = d - b, tps = B * NEW / total;
+        /* Decode roofline: step k (k = 1..NEW-1) reads the weights and B
+         * sequences' K/V of PROMPT + k tokens. */
+        double bytes = 0.0;
+        for (int k = 1; k < NEW; k++) bytes += W + (double)B * (PROMPT + k) * KVT;
+        const double roof = bytes / bw;
+        const double hf = hf_tps > 0.0 ? hf_tps : HF_ANCHOR_TPS;
+        printf("\n[batch 64, prompt 512, 256 new tokens%s]%s\n", tag, ok ? "" : "  (WARNING: some sequences stopped early)");
+        printf("  prefill %.3f s (%.0f tokens/s), decode %.3f s over %ld steps (%.2f ms/step, %.0f tokens/s)\n", b - a,
+               B * PROMPT / (b - a), decode, steps, decode / steps * 1e3, B * (NEW - 1) / decode);
+        printf("  generate: %.0f tokens/s = %.1fx HF generate (%.0f tokens/s, %s)\n", tps, tps / hf, hf,
+               hf_tps > 0.0 ? "--hf-tps, bench_generate_hf.py" : "anchor");
+        printf("  decode memory roofline: %.2f GB read per step on average (%.2f weights + %.2f KV), %.2f ms/step at "
+               "%.2f TB/s: %.0f%% of roofline\n",
+               bytes / (NEW - 1) / 1e9, W / 1e9, (bytes / (NEW - 1) - W) / 1e9, roof / (NEW - 1) * 1e3, bw / 1e12,
+               100.0 * roof / decode);
+        for (int i = 0; i < B; i++) gen_seq_free(e, s[i]);
+    }
+
+    /* 2. batch 1, 1k context. */
+    {
+        const int CTX = 1024, NEW = quick ? 32 : 128;
+        gen_seq *s = random_seq(e, 7, CTX, V);
+        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
+        must(gen_run(e, &s, 1, &p), "prefill");
+        p.max_new_tokens = NEW;
+        double a = dk_now();
+        must(gen_run(e, &s, 1, &p), "decode");
+        double per = (dk_now() - a) / NEW;
+        double roof = (W + (CTX + NEW / 2.0) * KVT) / bw;
+        printf("\n[batch 1, 1k context%s]\n  %.3f ms/token; roofline %.3f ms (weights %.2f GB + KV %.3f GB): %.2fx the "
+               "roofline\n",
+               tag, per * 1e3, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9, per / roof);
+        gen_seq_free(e, s);
+    }
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, bw = 4.27e12;
@@ -307,70 +381,14 @@ int main(int argc, char **argv) {
            gen_get_config(e)->n_pages, gen_get_config(e)->n_pages * gen_page_bytes(c, &ctx, 16) / 1e9,
            graphs ? "on" : "off (--no-graphs)", pdl ? "on" : "off (--no-pdl)");
 
-    /* Warm-up: builds every matmul plan the runs below use. */
-    {
-        gen_seq *w[64];
-        for (int i = 0; i < 64; i++) w[i] = random_seq(e, 9000 + (uint64_t)i, 512, V);
-        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 4};
-        must(gen_run(e, w, 64, &p), "warm-up");
-        for (int i = 0; i < 64; i++) gen_seq_free(e, w[i]);
-        gen_seq *one = random_seq(e, 1, 1024, V);
-        p.max_new_tokens = 4;
-        must(gen_run(e, &one, 1, &p), "warm-up");
-        gen_seq_free(e, one);
-    }
-
-    /* 1. batch 64, prompt 512, 256 new tokens. */
-    {
-        enum { B = 64, PROMPT = 512, NEW = 256 };
-        gen_seq *s[B];
-        for (int i = 0; i < B; i++) s[i] = random_seq(e, 100 + (uint64_t)i, PROMPT, V);
-        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
-        ops_sync(&ctx);
-        double a = dk_now();
-        must(gen_run(e, s, B, &p), "prefill");
-        double b = dk_now();
-        p.max_new_tokens = NEW - 1;
-        long steps0 = gen_get_stats(e)->steps;
-        must(gen_run(e, s, B, &p), "decode");
-        double d = dk_now();
-        long steps = gen_get_stats(e)->steps - steps0;
-        int ok = 1;
-        for (int i = 0; i < B; i++) ok &= s[i]->n_tokens == PROMPT + NEW;
-        const double total = d - a, decode = d - b, tps = B * NEW / total;
-        /* Decode roofline: step k (k = 1..NEW-1) reads the weights and B
-         * sequences' K/V of PROMPT + k tokens. */
-        double bytes = 0.0;
-        for (int k = 1; k < NEW; k++) bytes += W + (double)B * (PROMPT + k) * KVT;
-        const double roof = bytes / bw;
-        const double hf = hf_tps > 0.0 ? hf_tps : HF_ANCHOR_TPS;
-        printf("\n[batch 64, prompt 512, 256 new tokens]%s\n", ok ? "" : "  (WARNING: some sequences stopped early)");
-        printf("  prefill %.3f s (%.0f tokens/s), decode %.3f s over %ld steps (%.2f ms/step, %.0f tokens/s)\n", b - a,
-               B * PROMPT / (b - a), decode, steps, decode / steps * 1e3, B * (NEW - 1) / decode);
-        printf("  generate: %.0f tokens/s = %.1fx HF generate (%.0f tokens/s, %s)\n", tps, tps / hf, hf,
-               hf_tps > 0.0 ? "--hf-tps, bench_generate_hf.py" : "anchor");
-        printf("  decode memory roofline: %.2f GB read per step on average (%.2f weights + %.2f KV), %.2f ms/step at "
-               "%.2f TB/s: %.0f%% of roofline\n",
-               bytes / (NEW - 1) / 1e9, W / 1e9, (bytes / (NEW - 1) - W) / 1e9, roof / (NEW - 1) * 1e3, bw / 1e12,
-               100.0 * roof / decode);
-        for (int i = 0; i < B; i++) gen_seq_free(e, s[i]);
-    }
-
-    /* 2. batch 1, 1k context. */
-    {
-        const int CTX = 1024, NEW = quick ? 32 : 128;
-        gen_seq *s = random_seq(e, 7, CTX, V);
-        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
-        must(gen_run(e, &s, 1, &p), "prefill");
-        p.max_new_tokens = NEW;
-        double a = dk_now();
-        must(gen_run(e, &s, 1, &p), "decode");
-        double per = (dk_now() - a) / NEW;
-        double roof = (W + (CTX + NEW / 2.0) * KVT) / bw;
-        printf("\n[batch 1, 1k context]\n  %.3f ms/token; roofline %.3f ms (weights %.2f GB + KV %.3f GB): %.2fx the "
-               "roofline\n",
-               per * 1e3, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9, per / roof);
-        gen_seq_free(e, s);
+    bench_engine(e, &ctx, V, W, KVT, bw, hf_tps, quick, "");
+    if (pdl) { /* the same runs with ordinary launches, on a fresh engine (its own graphs) */
+        cuda_pdl_set(0);
+        gen_engine *e2;
+        must(gen_create(&e2, &m, &gc), "gen_create");
+        bench_engine(e2, &ctx, V, W, KVT, bw, hf_tps, quick, ", programmatic dependent launch off");
+        gen_free(e2);
+        cuda_pdl_set(1);
     }
 
     if (graphs) {
