@@ -35,6 +35,9 @@ typedef struct ops_ctx {
     size_t blaslt_ws_size;
     void *scratch;        /* temporary space for ops (device memory) */
     size_t scratch_size;
+    int *counters;        /* CUDA: zeroed arrival counters for kernels whose last
+                             CTA finishes the work (each resets what it used) */
+    int n_counters;
 } ops_ctx;
 
 /* ---- context and memory --------------------------------------------------- */

@@ -580,6 +580,9 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     a.nsplit = nsplit;
     a.part_o = NULL;
     a.part_lse = NULL;
+    /* The decode kernel merges its own splits where the context's counters
+     * cover its (token, KV head) pairs. */
+    a.counters = kind == PA_KERNEL_DECODE && nsplit > 1 && (long)T * Hkv <= ctx->n_counters ? ctx->counters : NULL;
     if (nsplit > 1) {
         float *scr = (float *)ctx_scratch(ctx, (size_t)nsplit * per_split, "ops_paged_attention");
         a.part_o = scr;
@@ -600,7 +603,7 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         paged_attention_plain<<<grid, 128, 0, st>>>(a);
         CUDA_LAUNCH_CHECK();
     }
-    if (nsplit > 1) launch_merge(st, a);
+    if (nsplit > 1 && !a.counters) launch_merge(st, a);
 }
 
 extern "C" void cuda_paged_attention_force(int kind) {

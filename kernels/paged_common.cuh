@@ -12,6 +12,8 @@ struct pa_args {
     const bf16 *q, *kc, *vc;
     const int32_t *bt, *ctx_lens, *cu_q;
     float *part_o, *part_lse; /* [nsplit, T, Hq, D], [nsplit, T, Hq] when nsplit > 1 */
+    int *counters;            /* [T * Hkv] zeroed arrival counters: the decode kernel's
+                                 last split CTA merges (NULL: the merge kernel does) */
     int max_pages, n_seqs, T, Hq, Hkv, G, D, page_size, chunk, nsplit;
     float scale_log2; /* scale * log2(e) */
 };
@@ -31,7 +33,8 @@ __device__ __forceinline__ int pa_seq_of(const pa_args &a, int t) {
 /* paged_decode.cu: whether it serves head dim D with G query heads per KV
  * head; how many context splits a launch over T tokens should use; the
  * multiple of keys a split's chunk is rounded to; the launch itself (grid
- * T * Hkv by a->nsplit, partials in a->part_o / part_lse when split). */
+ * T * Hkv by a->nsplit, partials in a->part_o / part_lse when split, merged
+ * by the kernel itself when a->counters is set). */
 int cuda_paged_decode_fits(int D, int G);
 int cuda_paged_decode_splits(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx);
 int cuda_paged_decode_chunk_align(int D);

@@ -37,6 +37,42 @@ struct pd_unroll {
     static constexpr int U = GM <= 2 ? 4 : 2;
 };
 
+/* With a->counters: the nsplit CTAs of (t, g) count themselves in, and the
+ * last to arrive adds the splits' partials in split order with the
+ * arithmetic of paged_attention_merge (the same bits), writes the output and
+ * resets the counter. A decode step then runs one attention kernel instead
+ * of two; the merge kernel's launch and its dependent reads cost as much as
+ * the attention itself at batch 1. */
+template <int D>
+__device__ void pd_merge_last(const pa_args &a, int t, int g, int row_end) {
+    __shared__ int last;
+    __threadfence(); /* this CTA's partials are visible before it counts */
+    __syncthreads();
+    int *cnt = a.counters + (size_t)t * a.Hkv + g;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(cnt, 1) == a.nsplit - 1;
+        if (last) *cnt = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int nx = min(a.nsplit, (row_end + a.chunk - 1) / a.chunk); /* the splits that hold keys */
+    const size_t stride = (size_t)a.T * a.Hq;                       /* between splits, in rows */
+    for (int idx = threadIdx.x; idx < a.G * D; idx += PD_THREADS) {
+        const int j = idx / D, d = idx % D;
+        const size_t row0 = (size_t)t * a.Hq + (size_t)g * a.G + j;
+        float mx = -INFINITY;
+        for (int x = 0; x < nx; x++) mx = fmaxf(mx, __ldcg(a.part_lse + row0 + x * stride));
+        float acc = 0.0f, wsum = 0.0f;
+        for (int x = 0; x < nx; x++) {
+            const float w = exp2f(__ldcg(a.part_lse + row0 + x * stride) - mx);
+            wsum += w;
+            acc = fmaf(w, __ldcg(a.part_o + (row0 + x * stride) * D + d), acc);
+        }
+        a.out[row0 * D + d] = __float2bfloat16_rn(acc * (1.0f / wsum));
+    }
+}
+
 template <int D, int GM>
 __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     constexpr int LPK = D / 8;              /* lanes per key row */
@@ -52,8 +88,8 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     pdl_wait(); /* q and the new token's K/V are the kernel before's output */
     pdl_launch_dependents();
     const int s = pa_seq_of(a, t);
-    if (s >= a.n_seqs) { /* padding token: zero (split runs leave it to the merge) */
-        if (a.nsplit == 1)
+    if (s >= a.n_seqs) { /* padding token: zero (split runs without counters leave it to the merge) */
+        if (a.nsplit == 1 || (a.counters && split == 0))
             for (int i = threadIdx.x; i < a.G * D; i += PD_THREADS)
                 a.out[((size_t)t * a.Hq + (size_t)g * a.G) * D + i] = __float2bfloat16_rn(0.0f);
         return;
@@ -61,7 +97,10 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     const int nq = a.cu_q[s + 1] - a.cu_q[s], i = t - a.cu_q[s];
     const int row_end = a.ctx_lens[s] - nq + i + 1;
     const int k_begin = split * a.chunk, k_end = min(k_begin + a.chunk, row_end);
-    if (k_begin >= k_end) return; /* the merge reads only the splits that hold keys */
+    if (k_begin >= k_end) { /* the merge reads only the splits that hold keys */
+        if (a.counters) pd_merge_last<D>(a, t, g, row_end);
+        return;
+    }
     const int G = a.G;
 
     /* This lane's 8 dims of each query head of the group, pre-scaled. */
@@ -204,6 +243,7 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
             if (d == 0) a.part_lse[row] = L > 0.0f ? mx + log2f(L) : -INFINITY;
         }
     }
+    if (a.nsplit > 1 && a.counters) pd_merge_last<D>(a, t, g, row_end);
 }
 
 /* The instance serving (D, G). */

@@ -141,6 +141,25 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
                what, Hq, Hkv, D, P, T, kv_same ? "exact" : "DIFFERENT", kind_names[k], mx, mean);
         CHECK(mx <= 2e-2 && mean <= 2e-3, "%s (%s kernel): paged attention max|diff| %.3e mean %.3e", what,
               kind_names[k], mx, mean);
+        if (kinds[k] == PA_KERNEL_DECODE) {
+            /* A split warp kernel merges in its last CTA: a second launch
+             * (the counters reset) and the merge kernel (no counters) must
+             * give the same bits. */
+            float *again = dk_malloc((size_t)T * qrow * 4);
+            for (int pass = 0; pass < 2; pass++) {
+                const int saved = gpu.n_counters;
+                if (pass == 1) gpu.n_counters = 0;
+                force_paged_kernel(PA_KERNEL_DECODE);
+                ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P,
+                                    scale);
+                force_paged_kernel(PA_KERNEL_AUTO);
+                gpu.n_counters = saved;
+                ops_download_act(&gpu, again, d_out, (size_t)T * qrow);
+                CHECK(!memcmp(again, out_g, (size_t)T * qrow * 4), "%s (warp kernel): %s differs from the first launch",
+                      what, pass == 0 ? "a second launch" : "the separate merge kernel");
+            }
+            free(again);
+        }
     }
 
     void *dbufs[] = {d_kc, d_vc, d_kn, d_vn, d_slots, d_q, d_out, d_bt, d_cq, d_cl};
