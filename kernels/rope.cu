@@ -9,12 +9,10 @@
  * whatever theta). The backward applies the inverse rotation (sin negated)
  * to the gradient in place.
  *
- * A thread owns one token, 8 consecutive frequencies and up to ROPE_HPT
- * heads: it computes the 8 cos/sin pairs and applies them to its heads,
- * moving two 16-byte vectors (x_i.. and x_{i+D/2}..) per head, four heads'
- * loads in flight before the stores. (A thread for all of a token's heads
- * left too few threads, and too few loads in flight, for the copy rate:
- * 0.69 of it at T=8192 with 40 heads of 128 on an H200.) Other head sizes (D/2 not a multiple of 8) or an
+ * A thread owns one token and 8 consecutive frequencies: it computes their
+ * 8 cos/sin pairs once and applies them to every head, moving two 16-byte
+ * vectors (x_i.. and x_{i+D/2}..) per head, four heads' loads in flight
+ * before the stores. Other head sizes (D/2 not a multiple of 8) or an
  * unaligned buffer take a scalar path with one thread per (token, i). */
 #include <math.h>
 
@@ -22,7 +20,6 @@
 
 #define ROPE_THREADS 256
 #define ROPE_MAX_HALF 512 /* D <= 1024 */
-#define ROPE_HPT 8        /* heads per thread on the vector path */
 
 /* inv_freq[i] for i < half into shared memory. */
 __device__ __forceinline__ void rope_inv_freq(float *inv_freq, int half, int D, float theta) {
@@ -33,14 +30,12 @@ __device__ __forceinline__ void rope_inv_freq(float *inv_freq, int half, int D, 
 __global__ void __launch_bounds__(ROPE_THREADS)
     rope_vec(bf16 *x, const int32_t *__restrict__ pos, int T, int H, int D, float theta, float sign) {
     __shared__ float inv_freq[ROPE_MAX_HALF];
-    const int half = D / 2, nv = half / 8, hg = (H + ROPE_HPT - 1) / ROPE_HPT;
+    const int half = D / 2, nv = half / 8;
     rope_inv_freq(inv_freq, half, D, theta);
-    const size_t total = (size_t)T * hg * nv;
+    const size_t total = (size_t)T * nv;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
-        /* Neighbouring threads take neighbouring 16-byte vectors of a head. */
-        const int j = (int)(idx % nv), g = (int)(idx / nv % hg), t = (int)(idx / nv / hg);
-        const int h_end = min(H, (g + 1) * ROPE_HPT);
+        const int t = (int)(idx / nv), j = (int)(idx % nv);
         const float p = (float)pos[t];
         float cs[8], sn[8];
 #pragma unroll
@@ -49,8 +44,8 @@ __global__ void __launch_bounds__(ROPE_THREADS)
             sn[k] *= sign;
         }
         bf16 *row = x + (size_t)t * H * D + 8 * j;
-        int h = g * ROPE_HPT;
-        for (; h + 4 <= h_end; h += 4) {
+        int h = 0;
+        for (; h + 4 <= H; h += 4) {
             uint4 a[4], b[4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
@@ -71,7 +66,7 @@ __global__ void __launch_bounds__(ROPE_THREADS)
                 st_stream(row + (size_t)(h + u) * D + half, f32_to_bf16x8(o2));
             }
         }
-        for (; h < h_end; h++) {
+        for (; h < H; h++) {
             float x1[8], x2[8], o1[8], o2[8];
             bf16x8_to_f32(ld_stream(row + (size_t)h * D), x1);
             bf16x8_to_f32(ld_stream(row + (size_t)h * D + half), x2);
@@ -115,7 +110,7 @@ static void rope_apply(ops_ctx *ctx, const char *op, void *x, const int32_t *pos
     cudaStream_t st = ctx_stream(ctx);
     const int half = D / 2;
     if (half % 8 == 0 && is_aligned16(x)) {
-        size_t work = (size_t)T * ((H + ROPE_HPT - 1) / ROPE_HPT) * (half / 8);
+        size_t work = (size_t)T * (half / 8);
         rope_vec<<<grid_resident(ctx, rope_vec, ROPE_THREADS, 0, div_up(work, ROPE_THREADS)), ROPE_THREADS, 0, st>>>((bf16 *)x, pos, T, H, D, theta, sign);
     } else {
         size_t work = (size_t)T * half;
