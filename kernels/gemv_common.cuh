@@ -13,7 +13,7 @@
  * in a fixed order (deterministic), a warp reduction, then alpha, beta and
  * one rounding to the output type. No shared memory and no block barrier,
  * so many warps stay resident and keep enough loads in flight. Launched as
- * a programmatic dependent launch (cuda_common.cuh) when cuda_pdl_enabled(). */
+ * a programmatic dependent launch (cuda_common.cuh). */
 #ifndef DK_GEMV_COMMON_CUH
 #define DK_GEMV_COMMON_CUH
 
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
 template <int M, int PRO>
 static void gemv_launch_pro(cudaStream_t st, const gemv_args &p, int c_f32) {
     const dim3 blocks((unsigned)((p.N + GEMV_WARPS - 1) / GEMV_WARPS)), threads(GEMV_WARPS * 32);
-    if (c_f32) cuda_launch_pdl(st, cuda_pdl_enabled(), gemv_rows<M, PRO, true>, blocks, threads, 0, p);
-    else cuda_launch_pdl(st, cuda_pdl_enabled(), gemv_rows<M, PRO, false>, blocks, threads, 0, p);
+    if (c_f32) cuda_launch_pdl(st, cuda_pdl_rows(M), gemv_rows<M, PRO, true>, blocks, threads, 0, p);
+    else cuda_launch_pdl(st, cuda_pdl_rows(M), gemv_rows<M, PRO, false>, blocks, threads, 0, p);
 }
 
 /* M (1..GEMV_MAX_M) as a template argument. */

@@ -463,7 +463,7 @@ static void launch_merge(cudaStream_t st, const pa_args &a) {
     case 7: k = paged_attention_merge<7>; break;
     default: k = paged_attention_merge<8>; break;
     }
-    cuda_launch_pdl(st, cuda_pdl_enabled(), k, blocks, threads, 0, a);
+    cuda_launch_pdl(st, cuda_pdl_rows(a.T), k, blocks, threads, 0, a);
 }
 
 /* ---- host ------------------------------------------------------------------------ */

@@ -21,7 +21,7 @@
  * Any query count per sequence is served correctly (each token has its own
  * causal end), but keys are re-read per token, so the host picks this
  * kernel only when sequences carry few query rows (see cuda_paged_attention).
- * A programmatic dependent launch (cuda_common.cuh) on the decode path. */
+ * A programmatic dependent launch (cuda_common.cuh) in few-row steps. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda_infer.h"
 #include "kernels/paged_common.cuh"
@@ -288,5 +288,5 @@ int cuda_paged_decode_chunk_align(int D) { return PD_WARPS * (32 / (D / 8)) * 2;
 
 void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a) {
     dim3 grid((unsigned)((long)a->T * a->Hkv), (unsigned)a->nsplit);
-    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_enabled(), kernel_for(a->D, a->G), grid, dim3(PD_THREADS), 0, *a);
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(a->T), kernel_for(a->D, a->G), grid, dim3(PD_THREADS), 0, *a);
 }

@@ -10,8 +10,8 @@
  * arithmetic is that of the unfused kernels: the norm as (x * r) * w with
  * r = 1 / sqrt(mean(x^2) + eps), rounded to bf16; the angle pos * inv_freq
  * (rope_inv_freq_at, as rope.cu), cos and sin by sincosf; the rotated value
- * rounded once. A programmatic dependent launch (cuda_common.cuh) on the
- * decode path. */
+ * rounded once. A programmatic dependent launch (cuda_common.cuh) in
+ * few-row decode steps. */
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
@@ -91,7 +91,7 @@ extern "C" void cuda_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void
     if (!q_norm_w != !k_norm_w) DK_ABORT("ops_qkv_to_cache: q_norm_w and k_norm_w must be both set or both NULL");
     if (T == 0) return;
     dim3 grid((unsigned)T, (unsigned)((Hq + 2 * Hkv + QC_WARPS - 1) / QC_WARPS));
-    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_enabled(), qkv_to_cache_kernel, grid, dim3(QC_WARPS * 32), 0,
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(T), qkv_to_cache_kernel, grid, dim3(QC_WARPS * 32), 0,
                     (bf16 *)q_out, (bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)qkv, (const bf16 *)q_norm_w,
                     (const bf16 *)k_norm_w, pos, slot_mapping, Hq, Hkv, D, eps, theta);
 }

@@ -297,6 +297,6 @@ extern "C" void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float
         sample_slices<<<dim3((unsigned)nb, (unsigned)n), SAMPLE_SLICE_THREADS, 0, st>>>(parts, logits, params, V);
         CUDA_LAUNCH_CHECK();
     }
-    cuda_launch_pdl(st, parts != NULL, sample_rows, dim3((unsigned)n), dim3(SAMPLE_THREADS), 0, tokens, logprob,
+    cuda_launch_pdl(st, parts != NULL && cuda_pdl_rows(n), sample_rows, dim3((unsigned)n), dim3(SAMPLE_THREADS), 0, tokens, logprob,
                     logits, params, V, (const sample_part *)parts, nb);
 }
