@@ -155,6 +155,10 @@ __device__ __forceinline__ uint4 f32_to_bf16x8(const float f[8]) {
 }
 
 /* Loads that bypass L1 allocation for data read exactly once. */
+/* silu(g) = g / (1 + exp(-g)), as swiglu.cu and the few-row matmul's SwiGLU
+ * output compute it. */
+__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
 __device__ __forceinline__ uint4 ld_stream(const void *p) { return __ldcs((const uint4 *)p); }
 __device__ __forceinline__ void st_stream(void *p, uint4 v) { __stcs((uint4 *)p, v); }
 

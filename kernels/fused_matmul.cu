@@ -8,11 +8,13 @@
  * products run the two ops in turn through tmp, where the matmul's own
  * kernels win.
  *
- * The SwiGLU before the down projection stays its own kernel: fused the
- * same way, every one of the N warps would recompute the activation of the
- * whole K-long input (an exp and a division per element), and on an H200
- * the fused down projection of a 1.7B model took 28.6 us against 14.8 us
- * for SwiGLU then the product at one row. */
+ * The SwiGLU between gate|up and down rides on the gate|up product's
+ * output instead (ops_rmsnorm_matmul_swiglu): a warp streams the gate row n
+ * and the up row n + I and writes h[n], one activation per output. Fused
+ * into the down projection's loads it cost more than it saved: every one
+ * of the N warps recomputed the activation of the whole K-long input (on
+ * an H200, 28.6 us against 14.8 us for SwiGLU then the product at one
+ * row). */
 #include "kernels/gemv_common.cuh"
 #include "kernels/ops_cuda.h"
 #include "kernels/ops_cuda_infer.h"
@@ -28,11 +30,24 @@ extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void
     if (M == 0 || N == 0) return;
     if (fused_fits(M, N, K, x, w, norm_w)) {
         gemv_args g = {c, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, N, K, K, eps, alpha, beta};
-        gemv_launch_rows<GEMV_RMSNORM>(ctx_stream(ctx), g, M, 0);
+        gemv_launch_rows<GEMV_RMSNORM, 1, false>(ctx_stream(ctx), g, M);
         return;
     }
     /* rstd is not needed past the norm: scratch is free again for the matmul. */
     float *rstd = (float *)ctx_scratch(ctx, (size_t)M * sizeof(float), "ops_rmsnorm_matmul");
     cuda_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
     cuda_matmul(ctx, c, 0, tmp, w, M, N, K, 0, 1, alpha, beta);
+}
+
+extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x,
+                                           const void *norm_w, const void *w, int M, int I, int K, float eps) {
+    if (M < 0 || I < 0 || K <= 0) DK_ABORT("ops_rmsnorm_matmul_swiglu: bad shape M=%d I=%d K=%d", M, I, K);
+    if (M == 0 || I == 0) return;
+    if (fused_fits(M, 2 * I, K, x, w, norm_w)) {
+        gemv_args g = {h, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, I, K, K, eps, 1.0f, 0.0f};
+        gemv_launch_rows<GEMV_RMSNORM, 2, false>(ctx_stream(ctx), g, M);
+        return;
+    }
+    cuda_rmsnorm_matmul(ctx, gu, tmp, x, norm_w, w, M, 2 * I, K, eps, 1.0f, 0.0f);
+    cuda_swiglu_forward(ctx, h, gu, M, I);
 }

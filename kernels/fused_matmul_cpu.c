@@ -1,7 +1,7 @@
-/* fused_matmul_cpu.c: the fp32 reference of ops_rmsnorm_matmul: the norm
- * into tmp, then the matmul, the same ops a step would otherwise run, so
- * the fused op and the sequence it replaces give the same values on this
- * backend. */
+/* fused_matmul_cpu.c: the fp32 references of ops_rmsnorm_matmul and
+ * ops_rmsnorm_matmul_swiglu: the norm into tmp, then the matmul (then the
+ * SwiGLU), the same ops a step would otherwise run, so the fused ops and the
+ * sequences they replace give the same values on this backend. */
 #include <stdlib.h>
 
 #include "common/util.h"
@@ -15,4 +15,12 @@ void cpu_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const v
     cpu_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
     free(rstd);
     cpu_matmul(ctx, c, 0, tmp, w, M, N, K, 0, 1, alpha, beta);
+}
+
+void cpu_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
+                               const void *w, int M, int I, int K, float eps) {
+    if (M < 0 || I < 0 || K <= 0) DK_ABORT("ops_rmsnorm_matmul_swiglu: bad shape M=%d I=%d K=%d", M, I, K);
+    if (M == 0 || I == 0) return;
+    cpu_rmsnorm_matmul(ctx, gu, tmp, x, norm_w, w, M, 2 * I, K, eps, 1.0f, 0.0f);
+    cpu_swiglu_forward(ctx, h, gu, M, I);
 }

@@ -1,19 +1,24 @@
 /* gemv_common.cuh: the few-row product kernel that matmul_gemv.cu (plain
- * rows) and fused_matmul.cu (rows normalised on the fly) share.
+ * rows) and fused_matmul.cu (rows normalised on the fly, SwiGLU output)
+ * share.
  *
- * One warp per output column n, GEMV_WARPS columns per block: the lanes
- * stride over W's row n in 16-byte chunks, GEMV_UNROLL chunks each issued
- * before any is used (streamed past L1, read once), and over the matching
- * chunks of the M input rows (small, shared by every warp, kept in cache),
- * transformed as they are read:
+ * KS warps per output column n, GEMV_WARPS warps per block: the lanes of a
+ * warp stride over its share of W's row n in 16-byte chunks, GEMV_UNROLL
+ * chunks each issued before any is used (streamed past L1, read once), and
+ * over the matching chunks of the M input rows (small, shared by every
+ * warp, kept in cache), transformed as they are read:
  *   GEMV_PLAIN    a[m, k]
  *   GEMV_RMSNORM  act((a[m, k] * r_m) * norm_w[k]), r_m = 1 / sqrt(mean_k a[m, k]^2 + eps),
  *                 each warp summing its rows' squares first (from cache)
  * where act() rounds to bf16, as the unfused op's output would be. fp32 sums
- * in a fixed order (deterministic), a warp reduction, then alpha, beta and
- * one rounding to the output type. No shared memory and no block barrier,
- * so many warps stay resident and keep enough loads in flight. Launched as
- * a programmatic dependent launch (cuda_common.cuh). */
+ * in a fixed order (deterministic): a warp reduction, then the KS warps of
+ * a column in order through shared memory; then alpha, beta and one
+ * rounding to the output type. With NR = 2 a warp also streams row n + N
+ * and writes act(silu(act(c_n)) * act(c_{n+N})) instead: the gate|up
+ * product and the SwiGLU after it in one kernel, the same values as the
+ * two ops in turn. No shared memory but the KS partials and no other block
+ * barrier, so many warps stay resident and keep enough loads in flight.
+ * Launched as a programmatic dependent launch (cuda_common.cuh). */
 #ifndef DK_GEMV_COMMON_CUH
 #define DK_GEMV_COMMON_CUH
 
@@ -36,29 +41,37 @@ struct gemv_args {
 
 __device__ __forceinline__ float gemv_act(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-template <int M, int PRO, bool F32OUT>
+template <int M, int PRO, int NR, int KS, bool F32OUT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
-    const int lane = threadIdx.x & 31;
-    const int n = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    const int K = p.K, chunks = K / 8;
-    const uint4 *wr = (const uint4 *)(p.w + (size_t)n * K);
-    /* The first GEMV_UNROLL chunks of W's row go in flight before the wait
+    constexpr int CPB = GEMV_WARPS / KS; /* output columns per block */
+    __shared__ float part[KS > 1 ? GEMV_WARPS : 1][NR][M];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n = blockIdx.x * CPB + warp / KS, kp = warp % KS;
+    const bool live = n < p.N;
+    const int K = p.K, chunks = K / 8, per = (chunks + KS - 1) / KS;
+    const int c0 = kp * per, c1 = min(chunks, c0 + per); /* this warp's chunks of K */
+    const uint4 *wr[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) wr[r] = (const uint4 *)(p.w + ((size_t)n + (size_t)r * p.N) * K);
+    /* The first GEMV_UNROLL chunks of W's rows go in flight before the wait
      * for the kernel before (programmatic dependent launch, decode steps):
      * the weights are no kernel's output, and at K = 2048 that is the whole
      * row, so the weight stream overlaps the previous kernel's tail. */
-    uint4 wv[GEMV_UNROLL];
+    uint4 wv[NR][GEMV_UNROLL];
 #pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; u++) {
-        const int ch = lane + 32 * u;
-        wv[u] = n < p.N && ch < chunks ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
-    }
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int ch = c0 + lane + 32 * u;
+            wv[r][u] = live && ch < c1 ? ld_stream(wr[r] + ch) : make_uint4(0u, 0u, 0u, 0u);
+        }
     pdl_wait();
     pdl_launch_dependents();
-    if (n >= p.N) return;
-    float r[M];
+    if (KS == 1 && !live) return;
+    float rs[M];
 #pragma unroll
-    for (int m = 0; m < M; m++) r[m] = 1.0f;
-    if (PRO == GEMV_RMSNORM) {
+    for (int m = 0; m < M; m++) rs[m] = 1.0f;
+    if (PRO == GEMV_RMSNORM && live) {
 #pragma unroll
         for (int m = 0; m < M; m++) {
             float ss = 0.0f;
@@ -68,51 +81,85 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
 #pragma unroll
                 for (int j = 0; j < 8; j++) ss = fmaf(x[j], x[j], ss);
             }
-            r[m] = 1.0f / sqrtf(warp_sum(ss) * (1.0f / (float)K) + p.eps);
+            rs[m] = 1.0f / sqrtf(warp_sum(ss) * (1.0f / (float)K) + p.eps);
         }
     }
-    float acc[M];
+    float acc[NR][M];
 #pragma unroll
-    for (int m = 0; m < M; m++) acc[m] = 0.0f;
-    for (int base = lane;;) {
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
+    for (int base = c0 + lane; live;) {
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
             const int ch = base + 32 * u;
-            if (ch >= chunks) break;
-            float wf[8], nw[8];
-            bf16x8_to_f32(wv[u], wf);
+            if (ch >= c1) break;
+            float wf[NR][8], nw[8];
+#pragma unroll
+            for (int r = 0; r < NR; r++) bf16x8_to_f32(wv[r][u], wf[r]);
             if (PRO == GEMV_RMSNORM) bf16x8_to_f32(__ldg((const uint4 *)p.norm_w + ch), nw);
 #pragma unroll
             for (int m = 0; m < M; m++) {
-                const uint4 *row = (const uint4 *)(p.a + (size_t)m * p.lda);
                 float af[8];
-                bf16x8_to_f32(__ldg(row + ch), af);
+                bf16x8_to_f32(__ldg((const uint4 *)(p.a + (size_t)m * p.lda) + ch), af);
                 if (PRO == GEMV_RMSNORM) {
 #pragma unroll
-                    for (int j = 0; j < 8; j++) af[j] = gemv_act((af[j] * r[m]) * nw[j]);
+                    for (int j = 0; j < 8; j++) af[j] = gemv_act((af[j] * rs[m]) * nw[j]);
                 }
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc[m] = fmaf(wf[j], af[j], acc[m]);
+                for (int r = 0; r < NR; r++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) acc[r][m] = fmaf(wf[r][j], af[j], acc[r][m]);
             }
         }
         base += 32 * GEMV_UNROLL;
-        if (base >= chunks) break;
+        if (base >= c1) break;
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int ch = base + 32 * u;
-            wv[u] = ch < chunks ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
-        }
+        for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                const int ch = base + 32 * u;
+                wv[r][u] = ch < c1 ? ld_stream(wr[r] + ch) : make_uint4(0u, 0u, 0u, 0u);
+            }
     }
 #pragma unroll
-    for (int m = 0; m < M; m++) acc[m] = warp_sum(acc[m]);
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
+    if (KS > 1) { /* the column's KS warps add their parts in part order */
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < NR; r++)
+#pragma unroll
+                for (int m = 0; m < M; m++) part[warp][r][m] = acc[r][m];
+        __syncthreads();
+        if (kp != 0 || !live) return;
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                float s = part[warp][r][m];
+                for (int x = 1; x < KS; x++) s += part[warp + x][r][m];
+                acc[r][m] = s;
+            }
+    }
     if (lane < M) {
         /* Lane m writes row m (registers indexed by a constant per branch). */
-        float s = 0.0f;
+        float v[NR];
 #pragma unroll
-        for (int m = 0; m < M; m++)
-            if (lane == m) s = acc[m];
+        for (int r = 0; r < NR; r++) {
+            v[r] = 0.0f;
+#pragma unroll
+            for (int m = 0; m < M; m++)
+                if (lane == m) v[r] = acc[r][m];
+        }
         const size_t idx = (size_t)lane * p.N + n;
-        float out = p.alpha * s;
+        if (NR == 2) { /* SwiGLU of the rounded gate and up, as ops_swiglu_forward */
+            const float g = gemv_act(v[0]), u = gemv_act(v[NR - 1]);
+            ((bf16 *)p.c)[idx] = __float2bfloat16_rn(silu_f(g) * u);
+            return;
+        }
+        float out = p.alpha * v[0];
         if (F32OUT) {
             float *cf = (float *)p.c;
             if (p.beta != 0.0f) out += p.beta * cf[idx];
@@ -125,25 +172,46 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
     }
 }
 
-template <int M, int PRO>
-static void gemv_launch_pro(cudaStream_t st, const gemv_args &p, int c_f32) {
-    const dim3 blocks((unsigned)((p.N + GEMV_WARPS - 1) / GEMV_WARPS)), threads(GEMV_WARPS * 32);
-    if (c_f32) cuda_launch_pdl(st, cuda_pdl_rows(M), gemv_rows<M, PRO, true>, blocks, threads, 0, p);
-    else cuda_launch_pdl(st, cuda_pdl_rows(M), gemv_rows<M, PRO, false>, blocks, threads, 0, p);
+/* Warps per output column: enough that each warp's share of K is one batch
+ * of GEMV_UNROLL chunks a lane (all its loads in flight at once), at most 4:
+ * one at K = 2048, four for a 1.7B model's down projection (K = 6144),
+ * whose single warp per column otherwise walked three batches in turn. */
+static inline int gemv_ksplit(int K) {
+    const int batches = (K / 8 + 32 * GEMV_UNROLL - 1) / (32 * GEMV_UNROLL);
+    return batches >= 3 ? 4 : batches;
 }
 
-/* M (1..GEMV_MAX_M) as a template argument. */
-template <int PRO>
-static void gemv_launch_rows(cudaStream_t st, const gemv_args &p, int M, int c_f32) {
+template <int M, int PRO, int NR, int KS, bool F32OUT>
+static void gemv_launch_ks(cudaStream_t st, const gemv_args &p) {
+    constexpr int CPB = GEMV_WARPS / KS;
+    const dim3 blocks((unsigned)((p.N + CPB - 1) / CPB)), threads(GEMV_WARPS * 32);
+    cuda_launch_pdl(st, cuda_pdl_rows(M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, 0, p);
+}
+
+template <int M, int PRO, int NR, bool F32OUT>
+static void gemv_launch_pro(cudaStream_t st, const gemv_args &p) {
+    switch (gemv_ksplit(p.K)) {
+    case 1: gemv_launch_ks<M, PRO, NR, 1, F32OUT>(st, p); break;
+    case 2: gemv_launch_ks<M, PRO, NR, 2, F32OUT>(st, p); break;
+    default: gemv_launch_ks<M, PRO, NR, 4, F32OUT>(st, p); break;
+    }
+}
+
+/* M (1..GEMV_MAX_M) as a template argument. NR = 2: the SwiGLU output of
+ * columns n and n + N of W (p.N = the output width, W has 2 N rows, bf16
+ * output). */
+template <int PRO, int NR, bool F32OUT>
+static void gemv_launch_rows(cudaStream_t st, const gemv_args &p, int M) {
+    static_assert(NR == 1 || !F32OUT, "the SwiGLU output is bf16");
     switch (M) {
-    case 1: gemv_launch_pro<1, PRO>(st, p, c_f32); break;
-    case 2: gemv_launch_pro<2, PRO>(st, p, c_f32); break;
-    case 3: gemv_launch_pro<3, PRO>(st, p, c_f32); break;
-    case 4: gemv_launch_pro<4, PRO>(st, p, c_f32); break;
-    case 5: gemv_launch_pro<5, PRO>(st, p, c_f32); break;
-    case 6: gemv_launch_pro<6, PRO>(st, p, c_f32); break;
-    case 7: gemv_launch_pro<7, PRO>(st, p, c_f32); break;
-    default: gemv_launch_pro<8, PRO>(st, p, c_f32); break;
+    case 1: gemv_launch_pro<1, PRO, NR, F32OUT>(st, p); break;
+    case 2: gemv_launch_pro<2, PRO, NR, F32OUT>(st, p); break;
+    case 3: gemv_launch_pro<3, PRO, NR, F32OUT>(st, p); break;
+    case 4: gemv_launch_pro<4, PRO, NR, F32OUT>(st, p); break;
+    case 5: gemv_launch_pro<5, PRO, NR, F32OUT>(st, p); break;
+    case 6: gemv_launch_pro<6, PRO, NR, F32OUT>(st, p); break;
+    case 7: gemv_launch_pro<7, PRO, NR, F32OUT>(st, p); break;
+    default: gemv_launch_pro<8, PRO, NR, F32OUT>(st, p); break;
     }
     CUDA_LAUNCH_CHECK();
 }

@@ -229,6 +229,10 @@ void ops_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const v
                         int N, int K, float eps, float alpha, float beta) {
     DISPATCH(rmsnorm_matmul, ctx, c, tmp, x, norm_w, w, M, N, K, eps, alpha, beta);
 }
+void ops_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
+                               const void *w, int M, int I, int K, float eps) {
+    DISPATCH(rmsnorm_matmul_swiglu, ctx, h, gu, tmp, x, norm_w, w, M, I, K, eps);
+}
 void ops_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,
                       const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
                       int T, int Hq, int Hkv, int D, float eps, float theta) {

@@ -188,12 +188,20 @@ void ops_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, con
  *   ops_rmsnorm_matmul: C[M, N] = alpha * (rmsnorm(x) * norm_w) W^T + beta * C
  *                       (x [M, K]; the normalised rows rounded to act, as
  *                       ops_rmsnorm_forward writes them)
+ *   ops_rmsnorm_matmul_swiglu: h[M, I] = swiglu((rmsnorm(x) * norm_w) W^T)
+ *                       with W [2I, K] the stacked gate|up weight: the first
+ *                       half of an MLP, the product rounded to act before
+ *                       the SwiGLU as ops_matmul then ops_swiglu_forward
+ *                       would; gu [M, 2I] (act) holds the product where the
+ *                       backend runs the ops in turn
  * W is [N, K] (a weight, transposed as in x W^T), C act. tmp [M, K] (act)
- * holds the transformed rows where the backend runs the two ops in turn
+ * holds the normalised rows where the backend runs the ops in turn
  * (always on the CPU; on CUDA above a few rows); its contents after the call
  * are unspecified. */
 void ops_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                         int N, int K, float eps, float alpha, float beta);
+void ops_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
+                               const void *w, int M, int I, int K, float eps);
 /* The tail of a step's q|k|v projection in one op, from qkv[T, (Hq + 2 Hkv)
  * D] (per token: the q heads, then the k heads, then the v heads):
  *   q_out[t, h] = rope(rmsnorm(q[t, h]) * q_norm_w, pos[t])   ([T, Hq, D])

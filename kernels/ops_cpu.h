@@ -84,6 +84,8 @@ void cpu_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, floa
 /* fused_matmul_cpu.c */
 void cpu_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                         int N, int K, float eps, float alpha, float beta);
+void cpu_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
+                               const void *w, int M, int I, int K, float eps);
 
 /* qkv_to_cache_cpu.c */
 void cpu_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,

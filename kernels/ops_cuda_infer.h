@@ -16,10 +16,13 @@ extern "C" {
 void cuda_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, const void *v,
                    const int32_t *slot_mapping, int T, int Hkv, int D);
 
-/* fused_matmul.cu: the few-row matmul of matmul_gemv.cu with the input
- * transform in its loads (M <= 8); the two ops in turn above that. */
+/* fused_matmul.cu: the few-row matmul of matmul_gemv.cu with the RMSNorm
+ * in its loads, and with the SwiGLU as its output (M <= 8); the ops in turn
+ * above that. */
 void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                          int N, int K, float eps, float alpha, float beta);
+void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
+                                const void *w, int M, int I, int K, float eps);
 
 /* qkv_to_cache.cu: a block per token, a warp per head. */
 void cuda_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, const void *qkv,

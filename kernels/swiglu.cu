@@ -9,7 +9,6 @@
 
 #define SWIGLU_THREADS 256
 
-__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
 __global__ void swiglu_fwd_vec(bf16 *__restrict__ out, const bf16 *__restrict__ gu, size_t nvec, int iv) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nvec; i += (size_t)gridDim.x * blockDim.x) {

@@ -137,10 +137,9 @@ static void mlp_block(gen_forward *f, const gen_step *st, int l) {
     ops_ctx *ctx = m->ctx;
     const int T = st->T, C = c->hidden_size, I = c->intermediate_size;
 #define W(t) param_layer_ptr(&m->params, &m->layout, l, t)
-    /* The norm rides on the product after it (fused where the backend can;
-     * f->ln holds the normalised rows otherwise). */
-    ops_rmsnorm_matmul(ctx, f->gu, f->ln, f->x, W(P_MLP_NORM), W(P_W_GATE_UP), T, 2 * I, C, c->rms_eps, 1.0f, 0.0f);
-    ops_swiglu_forward(ctx, f->h, f->gu, T, I);
+    /* The norm and the SwiGLU ride on the gate|up product (one kernel where
+     * the backend can; f->ln and f->gu hold the intermediates otherwise). */
+    ops_rmsnorm_matmul_swiglu(ctx, f->h, f->gu, f->ln, f->x, W(P_MLP_NORM), W(P_W_GATE_UP), T, I, C, c->rms_eps);
     ops_matmul(ctx, f->x, 0, f->h, W(P_W_DOWN), T, C, I, 0, 1, 1.0f, 1.0f);
 #undef W
 }

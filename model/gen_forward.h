@@ -11,10 +11,10 @@
  *   gate|up, SwiGLU, x += down(h)] -> gather the sampled rows -> RMSNorm ->
  *   fp32 logits -> ops_sample
  *
- * The residual adds ride on the projections (matmul with beta = 1), and in
- * the MLP (and before q|k|v in decode steps) the RMSNorm rides on the
- * product after it (ops_rmsnorm_matmul: one kernel for a few rows on CUDA),
- * so a decode layer is seven op calls.
+ * The residual adds ride on the projections (matmul with beta = 1), the
+ * RMSNorms on the products after them and the SwiGLU on the gate|up
+ * product (ops_rmsnorm_matmul, ops_rmsnorm_matmul_swiglu: one kernel each
+ * for a few rows on CUDA), so a decode layer is six op calls.
  * q, k and v come from one matmul with the stacked wq|wk|wv (adjacent in
  * the layer buffer, as are bq|bk|bv) when a step has at most
  * GEN_FUSED_QKV_TOKENS tokens. A step over cached prefixes

@@ -1,5 +1,6 @@
-/* test_cuda_fused_matmul.c: ops_rmsnorm_matmul on the CUDA backend, at 1..8
- * rows (the fused few-row kernel) and above (the two ops in turn), against
+/* test_cuda_fused_matmul.c: ops_rmsnorm_matmul and ops_rmsnorm_matmul_swiglu
+ * on the CUDA backend, at 1..8 rows (the fused few-row kernel) and above
+ * (the ops in turn). ops_rmsnorm_matmul against
  * - the CPU backend (fp32 throughout): the GPU rounds the transformed rows
  *   to bf16 (2^-9 relative per element) before the product and its output
  *   to bf16: |gpu - cpu| <= 2e-3 * scale + 2^-7 |cpu|, scale = max |cpu|;
@@ -9,7 +10,11 @@
  *   of one transformed element, by one of its ulps:
  *   |fused - unfused| <= 2e-4 * scale + 2^-8 |unfused|.
  * Both output a bf16 C with alpha and beta (beta = 1 as a residual add
- * would). Exits 77 without a GPU. */
+ * would). ops_rmsnorm_matmul_swiglu against the CPU backend (its SwiGLU of
+ * the bf16-rounded product: 2e-3 * scale + 2^-6 |cpu|) and, bit for bit,
+ * against ops_rmsnorm_matmul then ops_swiglu_forward on the GPU: its
+ * kernel streams the gate and up rows in the order the plain kernel does
+ * and rounds where the two ops round. Exits 77 without a GPU. */
 #include "tests/gpu/test_cuda_common.h"
 
 static double worst_cpu = 0.0, worst_gpu = 0.0;
@@ -46,17 +51,49 @@ static void check_case(ctx_pair *p, int M, int N, int K, float beta) {
     free(x), free(nw), free(w), free(c0), free(want), free(tmp_c), free(got), free(unf);
 }
 
+static void check_swiglu_case(ctx_pair *p, int M, int I, int K) {
+    ops_ctx *g = &p->gpu;
+    float *x = rand_bf16((size_t)M * K, 1.0f, 0.0f), *nw = rand_bf16((size_t)K, 0.3f, 1.0f);
+    float *w = rand_bf16((size_t)2 * I * K, 0.05f, 0.0f);
+    dev_buf dx = dev_act(g, x, (size_t)M * K, 0), dnw = dev_act(g, nw, K, 0), dw = dev_act(g, w, (size_t)2 * I * K, 0);
+    void *h = ops_alloc(g, (size_t)M * I * 2), *h2 = ops_alloc(g, (size_t)M * I * 2);
+    void *gu = ops_alloc(g, (size_t)M * 2 * I * 2), *tmp = ops_alloc(g, (size_t)M * K * 2);
+    float *want = dk_malloc((size_t)M * I * 4), *gu_c = dk_malloc((size_t)M * 2 * I * 4);
+    float *tmp_c = dk_malloc((size_t)M * K * 4);
+    ops_rmsnorm_matmul_swiglu(g, h, gu, tmp, dx.p, dnw.p, dw.p, M, I, K, 1e-6f);
+    ops_rmsnorm_matmul_swiglu(&p->cpu, want, gu_c, tmp_c, x, nw, w, M, I, K, 1e-6f);
+    ops_rmsnorm_matmul(g, gu, tmp, dx.p, dnw.p, dw.p, M, 2 * I, K, 1e-6f, 1.0f, 0.0f);
+    ops_swiglu_forward(g, h2, gu, M, I);
+    float *got = get_act(g, h, (size_t)M * I), *seq = get_act(g, h2, (size_t)M * I);
+    double scale = max_abs(want, (size_t)M * I);
+    if (scale == 0.0) scale = 1.0;
+    const double r_cpu = tol_ratio(got, want, (size_t)M * I, 2e-3 * scale, 1.0 / 64.0);
+    worst_cpu = fmax(worst_cpu, r_cpu), cases++;
+    CHECK(r_cpu <= 1.0, "rmsnorm_matmul_swiglu M=%d I=%d K=%d: tolerance ratio against the CPU %.3g", M, I, K, r_cpu);
+    CHECK(!memcmp(got, seq, (size_t)M * I * sizeof(float)),
+          "rmsnorm_matmul_swiglu M=%d I=%d K=%d: differs from rmsnorm_matmul then swiglu on the GPU", M, I, K);
+    dev_free(g, &dx), dev_free(g, &dnw), dev_free(g, &dw);
+    ops_free(g, h), ops_free(g, h2), ops_free(g, gu), ops_free(g, tmp);
+    free(x), free(nw), free(w), free(want), free(gu_c), free(tmp_c), free(got), free(seq);
+}
+
 int main(void) {
     ctx_pair p;
     pair_init(&p, (size_t)64 << 20);
     rng_seed(11);
     /* Rows 1..8 take the fused kernel; 9 and 40 the two ops in turn. The
-     * model's shapes (2048 -> 4096, 2048 -> 12288, 6144 -> 2048) and odd ones. */
-    const int shapes[][3] = {{1, 4096, 2048}, {1, 12288, 2048}, {3, 1000, 256}, {8, 2048, 2048},
-                             {5, 33, 64},     {9, 512, 512},    {40, 300, 128}};
+     * model's shapes (2048 -> 4096, 2048 -> 12288), long rows (several warps
+     * per output column) and odd ones. */
+    const int shapes[][3] = {{1, 4096, 2048}, {1, 12288, 2048}, {3, 1000, 256}, {8, 2048, 2048}, {5, 33, 64},
+                             {2, 2048, 6144}, {3, 7, 4096},     {9, 512, 512},  {40, 300, 128}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int beta = 0; beta < 2; beta++) check_case(&p, shapes[s][0], shapes[s][1], shapes[s][2], (float)beta);
-    printf("rmsnorm + matmul: %d cases, worst tolerance ratio %.3g against the CPU, %.3g against the unfused GPU ops "
+    /* The MLP's first half at the model's shape (2048 -> 2 x 6144), a long K
+     * (several warps per column) and odd ones; 9 and 33 rows run the ops in
+     * turn. */
+    const int sw[][3] = {{1, 6144, 2048}, {8, 6144, 2048}, {2, 1000, 6144}, {5, 33, 64}, {9, 256, 512}, {33, 64, 128}};
+    for (size_t s = 0; s < sizeof sw / sizeof sw[0]; s++) check_swiglu_case(&p, sw[s][0], sw[s][1], sw[s][2]);
+    printf("rmsnorm + matmul (+ swiglu): %d cases, worst tolerance ratio %.3g against the CPU, %.3g against the unfused GPU ops "
            "(<= 1 passes)\n",
            cases, worst_cpu, worst_gpu);
     pair_free(&p);

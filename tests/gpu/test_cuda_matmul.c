@@ -83,7 +83,7 @@ static void check_matmul(ctx_pair *p) {
      * == 0, cuBLASLt past 32768 columns or unaligned): both output types,
      * alpha and beta, aligned and not. */
     const int gemv[][3] = {{1, 2048, 2048}, {1, 6144, 2048}, {3, 257, 1000}, {8, 2048, 6144}, {5, 1, 8},
-                           {2, 40000, 64}, {7, 33, 24}};
+                           {2, 40000, 64}, {7, 33, 24}, {1, 2047, 4096}, {3, 5, 6144}};
     for (size_t s = 0; s < sizeof gemv / sizeof gemv[0]; s++)
         for (int cf = 0; cf < 2; cf++)
             for (int shift = 0; shift < 2; shift++) {

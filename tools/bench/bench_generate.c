@@ -225,11 +225,11 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
                              0.0883883f));
     cuda_paged_attention_force(PA_KERNEL_AUTO);
     TIME("matmul o (+residual)", L, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
-    TIME("rmsnorm + matmul gate|up", L, 4.0 * I * C,
-         ops_rmsnorm_matmul(ctx, gu, ln, x, WL(P_MLP_NORM), WL(P_W_GATE_UP), B, 2 * I, C, 1e-6f, 1.0f, 0.0f));
+    TIME("rmsnorm + gate|up + swiglu", L, 4.0 * I * C,
+         ops_rmsnorm_matmul_swiglu(ctx, h, gu, ln, x, WL(P_MLP_NORM), WL(P_W_GATE_UP), B, I, C, 1e-6f));
     TIME("(matmul gate|up alone)", 0, 4.0 * I * C,
          ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
-    TIME("swiglu", L, 6.0 * B * I, ops_swiglu_forward(ctx, h, gu, B, I));
+    TIME("(swiglu alone)", 0, 6.0 * B * I, ops_swiglu_forward(ctx, h, gu, B, I));
     TIME("matmul down (+residual)", L, 2.0 * C * I,
          ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
     if (B > 8) { /* the split-K kernel's split count (chosen per call above) */
