@@ -504,10 +504,9 @@ static void bwd_launch(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *d
     const size_t rows = (size_t)T * Hq;
     attn_bwd_dot<D><<<div_up(rows, 8), 256, 0, st>>>(dvec, dout, out, cu, n_seqs, T, Hq);
     CUDA_LAUNCH_CHECK();
-    if (D >= 64 && attn_wgmma_ok(ctx)) {
-        attn_bwd_wgmma(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, D, scale);
+    if (D >= 64 && attn_wgmma_ok(ctx) &&
+        attn_bwd_wgmma(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, D, scale))
         return;
-    }
 
     auto kdkdv = attn_bwd_dkdv<D>;
     CUDA_CHECK(cudaFuncSetAttribute(kdkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM_DKDV));
@@ -538,11 +537,10 @@ extern "C" void cuda_attention_forward(ops_ctx *ctx, void *out, float *lse, cons
     job.fh = Hq;
     attn_pad_launch(ctx, job, cu_seqlens, n_seqs, T, 0);
     if (n_seqs == 0) return;
-    if (D >= 64 && attn_wgmma_ok(ctx)) {
+    if (D >= 64 && attn_wgmma_ok(ctx) &&
         attn_fwd_wgmma(ctx, (bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, cu_seqlens, n_seqs,
-                       T, Hq, Hkv, D, scale);
+                       T, Hq, Hkv, D, scale))
         return;
-    }
     const float sl2 = scale * LOG2E_F;
     bf16 *o = (bf16 *)out;
     const bf16 *qb = (const bf16 *)q, *kb = (const bf16 *)k, *vb = (const bf16 *)v;

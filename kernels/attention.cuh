@@ -173,11 +173,13 @@ __device__ __forceinline__ void strip_causal_mask(float (&s)[NT][4], int row0, i
 
 /* One online-softmax step of the forward: folds the scores s of a new key
  * tile into the running row max m and row sum l (each lane's partial sum
- * over its columns), rescales the output accumulator o when the max grows,
- * and leaves P = exp(scale (s - m)) in s. */
-template <int NT, int DT>
-__device__ __forceinline__ void strip_softmax(float (&s)[NT][4], float (&o)[DT][4], float (&m)[2], float (&l)[2],
-                                              float scale_log2) {
+ * over its columns), leaves P = exp(scale (s - m)) in s and the factor by
+ * which the output accumulator must shrink (the max grew) in corr. Split
+ * from the rescale so that a kernel can run it while the tensor cores still
+ * add into that accumulator. */
+template <int NT>
+__device__ __forceinline__ void strip_softmax_p(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&corr)[2],
+                                                float scale_log2) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float mx = -INFINITY;
@@ -189,7 +191,7 @@ __device__ __forceinline__ void strip_softmax(float (&s)[NT][4], float (&o)[DT][
         /* A row that has seen only masked keys keeps m = -inf; subtract 0
          * then so that exp2(-inf - -inf) never makes a NaN. */
         const float ms = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-        const float corr = fast_exp2(m[r] * scale_log2 - ms);
+        corr[r] = fast_exp2(m[r] * scale_log2 - ms);
         m[r] = m_new;
         float sum = 0.0f;
 #pragma unroll
@@ -200,13 +202,29 @@ __device__ __forceinline__ void strip_softmax(float (&s)[NT][4], float (&o)[DT][
             s[j][2 * r + 1] = p1;
             sum += p0 + p1;
         }
-        l[r] = l[r] * corr + sum;
-#pragma unroll
-        for (int j = 0; j < DT; j++) {
-            o[j][2 * r] *= corr;
-            o[j][2 * r + 1] *= corr;
-        }
+        l[r] = l[r] * corr[r] + sum;
     }
+}
+
+/* Rows g and g + 8 of an output accumulator times corr[0], corr[1]. */
+template <int DT>
+__device__ __forceinline__ void strip_rescale(float (&o)[DT][4], const float (&corr)[2]) {
+#pragma unroll
+    for (int j = 0; j < DT; j++) {
+        o[j][0] *= corr[0];
+        o[j][1] *= corr[0];
+        o[j][2] *= corr[1];
+        o[j][3] *= corr[1];
+    }
+}
+
+/* strip_softmax_p with the output accumulator o rescaled at once. */
+template <int NT, int DT>
+__device__ __forceinline__ void strip_softmax(float (&s)[NT][4], float (&o)[DT][4], float (&m)[2], float (&l)[2],
+                                              float scale_log2) {
+    float corr[2];
+    strip_softmax_p(s, m, l, corr, scale_log2);
+    strip_rescale(o, corr);
 }
 
 /* Row r (0: g, 1: g + 8) of a [16, 8 DT] accumulator times mul, as bf16
@@ -337,10 +355,12 @@ __device__ __forceinline__ void strip_store_dq(bf16 *dq, const float (&dQ)[DT][4
 /* 1 when the ctx's GPU runs the wgmma kernels: compute capability 9.0 and
  * this build carries sm_90a code (the CMake build always does). */
 int attn_wgmma_ok(const ops_ctx *ctx);
-void attn_fwd_wgmma(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                    const int32_t *cu, int n_seqs, int T, int Hq, int Hkv, int D, float scale);
-void attn_bwd_wgmma(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
-                    const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
-                    int Hkv, int D, float scale);
+/* 0 (nothing launched) when q, k or v is not 16-byte aligned for TMA. */
+int attn_fwd_wgmma(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                   const int32_t *cu, int n_seqs, int T, int Hq, int Hkv, int D, float scale);
+/* 0 (nothing launched) when q, k, v or dout is not 16-byte aligned. */
+int attn_bwd_wgmma(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
+                   const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
+                   int Hkv, int D, float scale);
 
 #endif

@@ -1,19 +1,24 @@
 /* attention_wgmma.cu: the flash attention kernels of attention.cu rewritten
- * for Hopper's warpgroup MMA (wgmma, sm_90a). Same algorithms, same tiles
- * (64 query rows x 64 keys), same order of every sum, same deterministic
- * backward in two passes; what changes is who feeds the tensor cores. With
- * mma.sync every warp pulls each K / V fragment out of shared memory itself
- * (ldmatrix) for its 16 rows, and those reads, not the multiplies, bound the
- * kernels (ncu on the H200, mma.sync dK/dV pass: L1 75% busy, SM 46%).
- * wgmma lets the four warps of a warpgroup issue one 64-row product whose
- * operands the tensor cores read straight from shared memory through matrix
- * descriptors, once for all 64 rows. Measured on the H200 at B=4 H=32 KV=8
- * S=4096 D=128: forward 1.90 -> 1.43 ms, forward+backward 8.6 -> 5.7 ms.
- * What still limits them: one warpgroup per block does its softmax while
- * its tensor cores idle (two blocks per SM overlap only partly), and the
- * loads are issued by the same warps; a producer warp with TMA and two
- * ping-ponging consumer warpgroups (FlashAttention-3) would close most of
- * the remaining gap.
+ * for Hopper (sm_90a): warpgroup MMA (wgmma), TMA loads and warp
+ * specialization. Same algorithms as there: online softmax walking the key
+ * tiles from the diagonal back, and the deterministic backward in two
+ * passes (dK / dV per key block, dQ per query block, no atomics).
+ *
+ * Why this shape. With mma.sync every warp pulls each K / V fragment out of
+ * shared memory itself (ldmatrix), and those reads bound the kernels (ncu on
+ * the H200, mma.sync dK/dV pass: L1 75% busy, SM 46%); wgmma lets the four
+ * warps of a warpgroup issue one 64-row product whose operands the tensor
+ * cores read straight from shared memory through matrix descriptors. A
+ * first wgmma version with one warpgroup per block (64 x 64 tiles, its own
+ * cp.async loads) reached 0.65x / 0.72x of torch SDPA (forward /
+ * forward+backward, B=4 H=32 KV=8 S=4096 D=128): the tensor cores idled
+ * while the same warps loaded tiles and did the softmax. So every kernel
+ * here runs three warpgroups: one producer thread issues TMA copies into a
+ * ring of stages (full / empty mbarriers), and two consumer warpgroups own
+ * 64 rows each of a 128-row block, so each streamed tile feeds 128 rows;
+ * the consumers pass an issue token through named barriers so one issues
+ * its products while the other does its elementwise work (ping-pong), and
+ * registers move from the producer to the consumers (setmaxnreg).
  *
  * Layout. Every [rows, D] tile lives in shared memory in the 128-byte
  * swizzled layout the descriptors describe: D/64 blocks of [rows, 64]
@@ -35,21 +40,26 @@
  * layout repeated, so the masking and softmax code is the one of
  * attention.cu. Accumulators repack into A fragments (P, dS) as there.
  *
- * Ordering. cp.async writes are made visible to the tensor cores' async
- * proxy by fence.proxy.async in every writing thread before the barrier.
- * wgmma runs asynchronously: registers it reads or writes are fenced
- * (wgmma.fence) before the batch and tied to the wait afterwards
- * (reg_fence), so the compiler cannot move a read of an accumulator above
- * the wait; fragments the tensor cores read from registers (Q, P, dS) are
- * computed in the same iteration and left untouched until the wait. (Q is
- * read through a descriptor too: fragments kept in registers across loop
- * iterations and fed to wgmma were seen reassigned by ptxas after their
- * last use inside the loop body, i.e. corrupted on the next iteration.)
+ * Ordering. TMA writes a stage through the async proxy and completes the
+ * stage's full mbarrier with its byte count; a consumer that has waited on
+ * it may feed the stage to wgmma. The few shared-memory writes the
+ * consumers make themselves (zeroing rows past a sequence's end) are
+ * followed by fence.proxy.async and a barrier of that warpgroup before its
+ * products read them. A stage goes back to the producer when all eight
+ * consumer warps have arrived on its empty mbarrier, after the wgmma that
+ * read it has been waited for. wgmma runs asynchronously: registers it
+ * reads or writes are fenced (wgmma.fence) before the batch and tied to the
+ * wait afterwards (reg_fence), so the compiler cannot move a read of an
+ * accumulator above the wait; Q and dO are always read through descriptors
+ * (fragments kept in registers across loop iterations and fed to wgmma were
+ * once seen reassigned by ptxas after their last use inside the loop body).
  *
  * Built for sm_90a only: in other targets (the compute_90 PTX the build also
  * embeds) the kernel bodies trap, and attention.cu never launches them
  * there. */
+#include <cudaTypedefs.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "kernels/attention.cuh"
@@ -57,9 +67,6 @@
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define ATTN_NO_WGMMA 1 /* this device pass cannot emit wgmma */
 #endif
-
-#define WG_BM 64 /* query rows per tile (one warpgroup) */
-#define WG_BN 64 /* keys per tile */
 
 #ifndef ATTN_NO_WGMMA
 
@@ -98,8 +105,8 @@ __device__ __forceinline__ void wg_rs_n128(float (&d)[16][4], const uint32_t (&a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TRANS_B), "r"(1));
 }
 
-/* d += A (descriptor, K-major) * B (descriptor, K-major), m64n64k16. */
-__device__ __forceinline__ void wg_ss_n64(float (&d)[8][4], uint64_t da, uint64_t db) {
+/* d = (scale_d ? d : 0) + A (descriptor, K-major) * B (descriptor, K-major), m64n64k16. */
+__device__ __forceinline__ void wg_ss_n64(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
@@ -107,7 +114,7 @@ __device__ __forceinline__ void wg_ss_n64(float (&d)[8][4], uint64_t da, uint64_
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
         : WG_ACC_N64(d, 0)
-        : "l"(da), "l"(db), "r"(1));
+        : "l"(da), "l"(db), "r"(scale_d));
 }
 
 /* Shared-memory matrix descriptor, 128-byte swizzle; lbo, sbo in bytes. */
@@ -130,7 +137,6 @@ __device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int kk) {
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 template <int N>
@@ -160,19 +166,6 @@ __device__ __forceinline__ uint32_t sw_off(int r, int c) {
     return (uint32_t)((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-/* load_tile of attention.cuh into the swizzled layout. */
-template <int ROWS, int D>
-__device__ __forceinline__ void load_tile_sw(uint32_t s, const bf16 *g, size_t ld, int row0, int end, int tid) {
-    constexpr int CH = D / 8;
-    static_assert((ROWS * CH) % ATTN_THREADS == 0, "tile must split evenly over the block");
-#pragma unroll
-    for (int it = 0; it < ROWS * CH / ATTN_THREADS; it++) {
-        const int i = it * ATTN_THREADS + tid, r = i / CH, c = i % CH, row = row0 + r;
-        const bool ok = row < end;
-        cp_async16(s + sw_off<ROWS>(r, c), g + (size_t)(ok ? row : 0) * ld + c * 8, ok);
-    }
-}
-
 /* The dynamic shared memory rounded up to the 1024-byte swizzle atom. */
 __device__ __forceinline__ uint32_t smem_base() {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -181,158 +174,404 @@ __device__ __forceinline__ uint32_t smem_base() {
 
 #endif /* !ATTN_NO_WGMMA */
 
-#define WG_TILE(D) (64 * (D) * 2) /* bytes of one [64, D] bf16 tile */
-
 /* ---- forward ----------------------------------------------------------------------- */
 
+/* The forward is warp-specialized (the FlashAttention-3 scheme). A block owns
+ * FW_BM = 128 query rows of one head and runs three warpgroups:
+ *   - a producer, whose one thread streams the Q tile and then the K and V
+ *     tiles (FW_BN = 128 keys each, FW_STAGES deep) into shared memory with
+ *     TMA, each completion counted on a "full" mbarrier;
+ *   - two consumers of 64 query rows each, which multiply and hand every
+ *     stage back through an "empty" mbarrier.
+ * Loads thus never stall the multiplies, and each K / V tile in shared
+ * memory feeds 128 rows instead of 64. Two overlaps keep the tensor cores
+ * busy through the softmax: inside a consumer, the product S = Q K^T of the
+ * next tile is issued before the softmax of the current one, which then
+ * runs while P V of the previous tile is still being added (the softmax
+ * leaves the output rescale until that product is done); across the two
+ * consumers, named barriers hand a token back and forth so that each issues
+ * its products while the other does its softmax (ping-pong). The walk over
+ * key tiles (diagonal first), the masking and the softmax are those of the
+ * other kernels.
+ *
+ * TMA writes the 128-byte swizzle of the descriptors itself: a box of
+ * [rows, 64] elements lands as one 64-column block of the layout above. It
+ * reads whole boxes of the packed [T, heads * D] tensors, so the last tile
+ * of a sequence also brings rows of the next one (finite activations of
+ * this batch) or zeros past T. Keys there lie after every query of the
+ * sequence and are masked; the V rows there would meet P = 0, but 0 * NaN
+ * is NaN and a caller's padding rows may hold anything, so the consumers
+ * zero them in shared memory before their P V. */
+
+#define FW_BM 128     /* query rows per block (two consumer warpgroups) */
+#define FW_BN 128     /* keys per K / V tile */
+#define FW_STAGES 2   /* K / V tiles in flight */
+#define FW_THREADS 384
+#define FW_BAR_PING 1 /* named barriers 1, 2: the consumers' token; 3, 4: a consumer alone */
+
+#ifndef ATTN_NO_WGMMA
+
+/* d = (scale_d ? d : 0) + A (descriptor, K-major) * B (descriptor, K-major), m64n128k16. */
+__device__ __forceinline__ void wg_ss_n128(float (&d)[16][4], uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : WG_ACC_N64(d, 0), WG_ACC_N64(d, 8)
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* The producer's arrival: `bytes` more are on their way through TMA. */
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/* Spins until the barrier's phase of parity `parity` has completed. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+/* TMA: the [rows, 64] box at (column col, row row) of the 2-D map into dst,
+ * completion counted on bar. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"((uint64_t)map), "r"(col), "r"(row), "r"(bar)
+        : "memory");
+}
+
+/* A whole [rows, D] tile: D / 64 boxes side by side. */
+template <int ROWS, int D>
+__device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar) {
+#pragma unroll
+    for (int b = 0; b < D / 64; b++) tma_load_2d(dst + b * ROWS * 128, map, col + b * 64, row, bar);
+}
+
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+#endif /* !ATTN_NO_WGMMA */
+
 template <int D>
-__global__ void __launch_bounds__(ATTN_THREADS)
-    attn_fwd_wg(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q,
-                const bf16 *__restrict__ k, const bf16 *__restrict__ v, const int32_t *__restrict__ cu, int n_seqs,
-                int T, int Hq, int Hkv, float scale_log2) {
+__global__ void __launch_bounds__(FW_THREADS, 1)
+    attn_fwd_ws(bf16 *__restrict__ out, float *__restrict__ lse, const __grid_constant__ CUtensorMap map_q,
+                const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
+                const int32_t *__restrict__ cu, int n_seqs, int T, int Hq, int Hkv, float scale_log2) {
 #ifdef ATTN_NO_WGMMA
     __trap();
 #else
-    constexpr int BM = WG_BM, BN = WG_BN, TILE = WG_TILE(D), NT = BN / 8, DT = D / 8;
-    const uint32_t sQ = smem_base(), sK = sQ + TILE, sV = sQ + 3 * TILE; /* K, V: two stages */
+    constexpr int BM = FW_BM, BN = FW_BN, ST = FW_STAGES, NT = BN / 8, DT = D / 8;
+    constexpr int QTILE = BM * D * 2, KTILE = BN * D * 2;
+    /* Q, K stages, V stages, then the mbarriers: full Q, full K[ST],
+     * full V[ST], empty K[ST], empty V[ST]. */
+    const uint32_t sQ = smem_base(), sK = sQ + QTILE, sV = sK + ST * KTILE, bars = sV + ST * KTILE;
+    const uint32_t bar_q = bars, bar_fk = bars + 8, bar_fv = bar_fk + 8 * ST, bar_ek = bar_fv + 8 * ST,
+                   bar_ev = bar_ek + 8 * ST;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     attn_qtile tq;
     if (!attn_qtile_find<BM, BN>(tq, cu, n_seqs, Hq, Hkv)) return;
     const int h = tq.h, kvh = tq.kvh, off = tq.off, L = tq.L, q0 = tq.q0, nkv = tq.nkv;
-    const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
-    const bf16 *kb = k + (size_t)off * ldk + (size_t)kvh * D;
-    const bf16 *vb = v + (size_t)off * ldk + (size_t)kvh * D;
 
-    load_tile_sw<BM, D>(sQ, q + (size_t)off * ldq + (size_t)h * D, ldq, q0, L, tid);
-    load_tile_sw<BN, D>(sK, kb, ldk, (nkv - 1) * BN, L, tid);
-    load_tile_sw<BN, D>(sV, vb, ldk, (nkv - 1) * BN, L, tid);
-    cp_async_commit();
+    if (tid == 0) {
+        mbar_init(bar_q, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(bar_fk + 8 * s, 1);
+            mbar_init(bar_fv + 8 * s, 1);
+            mbar_init(bar_ek + 8 * s, 8); /* one arrival per consumer warp */
+            mbar_init(bar_ev + 8 * s, 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
 
-    const int wrow = warp * 16, g = lane >> 2, t4 = lane & 3;
-    float o[DT][4];
+    if (warp < 4) {
+        /* ---- producer ---- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid == 0) {
+            mbar_expect(bar_q, QTILE);
+            tma_tile<BM, D>(sQ, &map_q, h * D, off + q0, bar_q);
+            for (int it = 0; it < nkv; it++) {
+                const int s = it % ST, use = it / ST, row = off + (nkv - 1 - it) * BN;
+                if (use > 0) mbar_wait(bar_ek + 8 * s, (use - 1) & 1);
+                mbar_expect(bar_fk + 8 * s, KTILE);
+                tma_tile<BN, D>(sK + s * KTILE, &map_k, kvh * D, row, bar_fk + 8 * s);
+                if (use > 0) mbar_wait(bar_ev + 8 * s, (use - 1) & 1);
+                mbar_expect(bar_fv + 8 * s, KTILE);
+                tma_tile<BN, D>(sV + s * KTILE, &map_v, kvh * D, row, bar_fv + 8 * s);
+            }
+        }
+        return;
+    }
+
+    /* ---- consumers ---- */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = warp - 4, wg = cw >> 2, ctid = tid - 128 - wg * 128;
+    const int wrow = wg * 64 + (cw & 3) * 16, g = lane >> 2, t4 = lane & 3;
+    const uint32_t qa = sQ + wg * 64 * 128; /* this warpgroup's 64 rows in each 64-column block */
+    const int my_bar = FW_BAR_PING + wg, other_bar = FW_BAR_PING + (wg ^ 1);
+
+    float o[DT][4], s[NT][4], corr[2];
+    uint32_t pa[BN / 16][4];
     zero(o);
+    zero(s);
     float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};
 
-    for (int it = 0; it < nkv; it++) {
-        const int nb = nkv - 1 - it, stage = it & 1;
-        cp_async_next(it + 1 < nkv, [&] {
-            load_tile_sw<BN, D>(sK + (stage ^ 1) * TILE, kb, ldk, (nb - 1) * BN, L, tid);
-            load_tile_sw<BN, D>(sV + (stage ^ 1) * TILE, vb, ldk, (nb - 1) * BN, L, tid);
-        });
-        fence_async_smem();
-        __syncthreads();
-        const uint32_t cK = sK + stage * TILE, cV = sV + stage * TILE;
-
-        float s[NT][4];
-        zero(s);
+    /* Issues S = Q K^T for key tile `it` (stage it % ST). */
+    auto issue_s = [&](int it) {
+        const uint32_t cK = sK + (it % ST) * KTILE;
+        mbar_wait(bar_fk + 8 * (it % ST), (it / ST) & 1);
         reg_fence(s);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BM>(sQ, kk), desc_k<BN>(cK, kk));
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n128(s, desc_k<BM>(qa, kk), desc_k<BN>(cK, kk), kk > 0);
         wg_commit();
-        wg_wait0();
-        reg_fence(s);
-
-        const int k0 = nb * BN;
-        if (k0 + BN - 1 > q0 + wrow) strip_causal_mask(s, q0 + wrow, k0, g, t4);
-        strip_softmax(s, o, m_i, l_i, scale_log2);
-
-        uint32_t pa[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    };
+    /* Issues O += P V for key tile `it`, after zeroing its V rows past the
+     * sequence's end. */
+    auto issue_pv = [&](int it) {
+        const int sv = it % ST, k0 = (nkv - 1 - it) * BN;
+        const uint32_t cV = sV + sv * KTILE;
+        mbar_wait(bar_fv + 8 * sv, (it / ST) & 1);
+        if (k0 + BN > L) {
+            const int first = L - k0;
+            for (int i = ctid; i < (BN - first) * (D / 8); i += 128) {
+                const int r = first + i / (D / 8), c = i % (D / 8);
+                asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(cV + sw_off<BN>(r, c)), "r"(0)
+                             : "memory");
+            }
+            fence_async_smem();
+            named_sync(FW_BAR_PING + 2 + wg, 128);
+        }
         reg_fence(o);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) wg_rs_nd<D>(o, pa[kk], desc_mn<BN>(cV, kk));
         wg_commit();
-        wg_wait0();
+    };
+    auto release = [&](uint32_t bar) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    };
+    auto softmax = [&](int it) {
+        const int k0 = (nkv - 1 - it) * BN;
+        if (k0 + BN - 1 > q0 + wrow) strip_causal_mask(s, q0 + wrow, k0, g, t4);
+        strip_softmax_p(s, m_i, l_i, corr, scale_log2);
+    };
+    auto pack_p = [&] {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    };
+
+    mbar_wait(bar_q, 0);
+    if (wg == 1) named_arrive(other_bar, 256); /* consumer 0 issues first */
+
+    /* The first key tile: S alone. */
+    named_sync(my_bar, 256);
+    issue_s(0);
+    named_arrive(other_bar, 256);
+    wg_wait<0>();
+    reg_fence(s);
+    release(bar_ek);
+    softmax(0);
+    pack_p();
+
+    /* Then S of tile it with P V of tile it - 1. */
+    for (int it = 1; it < nkv; it++) {
+        named_sync(my_bar, 256);
+        issue_s(it);
+        issue_pv(it - 1);
+        named_arrive(other_bar, 256);
+        wg_wait<1>();
+        reg_fence(s);
+        release(bar_ek + 8 * (it % ST));
+        softmax(it);
+        wg_wait<0>();
         reg_fence(o);
-        __syncthreads(); /* this stage is refilled by the next iteration's prefetch */
+        release(bar_ev + 8 * ((it - 1) % ST));
+        strip_rescale(o, corr);
+        pack_p();
     }
 
-    strip_store_out(out, lse, o, m_i, l_i, q0 + wrow, off, L, ldq, h, T, g, t4, scale_log2);
+    /* The last P V. Consumer 1's hand-back would have no taker. */
+    named_sync(my_bar, 256);
+    issue_pv(nkv - 1);
+    if (wg == 0) named_arrive(other_bar, 256);
+    wg_wait<0>();
+    reg_fence(o);
+
+    strip_store_out(out, lse, o, m_i, l_i, q0 + wrow, off, L, (size_t)Hq * D, h, T, g, t4, scale_log2);
 #endif
 }
 
-/* ---- backward: dK, dV ------------------------------------------------------------------ */
+/* ---- backward ------------------------------------------------------------------------------
+ * Both passes are warp-specialized like the forward: a producer warpgroup
+ * streams tiles with TMA through full / empty mbarriers, two consumer
+ * warpgroups share each tile and pass the issue token back and forth. */
 
-/* A block owns 64 keys of one kv head (warp w: keys 16w..16w+15) and walks
- * the group's query heads in order, each over its query tiles from the
- * diagonal on, as attn_bwd_dkdv does. */
+#define BW_STAGES 2  /* streamed tiles in flight */
+#define BW_STEP 64   /* query rows per step of the dK / dV pass, keys per tile of the dQ pass */
+#define BW_OWN 128   /* rows a block owns: keys (dK / dV pass), queries (dQ pass) */
+
+#ifndef ATTN_NO_WGMMA
+/* Zeroes rows `from` .. ROWS - 1 of a swizzled [ROWS, D] tile that TMA
+ * filled past a sequence's end (see the forward), by the 128 threads of
+ * consumer warpgroup wg, and makes the zeros visible to its tensor cores. */
+template <int ROWS, int D>
+__device__ __forceinline__ void tile_zero_tail(uint32_t tile, int from, int ctid, int wg) {
+    for (int i = ctid; i < (ROWS - from) * (D / 8); i += 128) {
+        const int r = from + i / (D / 8), c = i % (D / 8);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + sw_off<ROWS>(r, c)), "r"(0) : "memory");
+    }
+    fence_async_smem();
+    named_sync(FW_BAR_PING + 2 + wg, 128);
+}
+#endif
+
+/* dK, dV: a block owns BW_OWN keys of one kv head (consumer warpgroup c:
+ * keys 64c..64c+63, warp w of it 16 more) and walks the group's query heads,
+ * each over its query tiles of BW_STEP rows from the first one that sees
+ * these keys on, as attn_bwd_dkdv does. The producer streams (Q, dO) tiles
+ * by TMA and their lse / Dvec rows by cp.async (two warps, one value a lane,
+ * arriving on the same mbarrier). */
 template <int D>
-__global__ void __launch_bounds__(ATTN_THREADS)
-    attn_bwd_dkdv_wg(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const bf16 *__restrict__ dout,
-                     const bf16 *__restrict__ q, const bf16 *__restrict__ k, const bf16 *__restrict__ v,
-                     const float *__restrict__ lse, const float *__restrict__ dvec, const int32_t *__restrict__ cu,
-                     int n_seqs, int T, int Hq, int Hkv, float scale, float scale_log2) {
+__global__ void __launch_bounds__(FW_THREADS, 1)
+    attn_bwd_dkdv_ws(bf16 *__restrict__ dk, bf16 *__restrict__ dv, const __grid_constant__ CUtensorMap map_q,
+                     const __grid_constant__ CUtensorMap map_do, const __grid_constant__ CUtensorMap map_k,
+                     const __grid_constant__ CUtensorMap map_v, const float *__restrict__ lse,
+                     const float *__restrict__ dvec, const int32_t *__restrict__ cu, int n_seqs, int T, int Hq,
+                     int Hkv, float scale, float scale_log2) {
 #ifdef ATTN_NO_WGMMA
     __trap();
 #else
-    constexpr int BM = WG_BM, BN = WG_BN, TILE = WG_TILE(D), NT = BM / 8;
-    /* K, V, then two stages of (Q, dO), then two stages of (lse, Dvec) rows. */
-    const uint32_t sK = smem_base(), sV = sK + TILE, sQ = sK + 2 * TILE, sdO = sK + 4 * TILE;
+    constexpr int BM = BW_STEP, BN = BW_OWN, ST = BW_STAGES, NT = BM / 8;
+    constexpr int KTILE = BN * D * 2, QTILE = BM * D * 2;
+    /* K, V, stages of Q, stages of dO, stages of lse and Dvec rows, mbarriers
+     * (K and V; full[ST]; empty[ST]). */
+    const uint32_t sK = smem_base(), sV = sK + KTILE, sQ = sV + KTILE, sdO = sQ + ST * QTILE;
+    const uint32_t sLD = sdO + ST * QTILE, bars = sLD + ST * 2 * BM * 4;
+    const uint32_t bar_kv = bars, bar_f = bars + 8, bar_e = bar_f + 8 * ST;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    float *sL = (float *)(smem_raw + (sK + 6 * TILE - smem_addr(smem_raw)));
-    float *sD = sL + 2 * BM;
+    const float *sL = (const float *)(smem_raw + (sLD - smem_addr(smem_raw)));
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     attn_ktile tk;
     if (!attn_ktile_find<BM, BN>(tk, cu, n_seqs, Hq, Hkv)) return;
     const int kvh = tk.kvh, off = tk.off, L = tk.L, n0 = tk.n0, group = Hq / Hkv;
     const int m_first = tk.m_first, per_head = tk.per_head, steps = tk.steps;
-    const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
 
-    load_tile_sw<BN, D>(sK, k + (size_t)off * ldk + (size_t)kvh * D, ldk, n0, L, tid);
-    load_tile_sw<BN, D>(sV, v + (size_t)off * ldk + (size_t)kvh * D, ldk, n0, L, tid);
-    auto load_step = [&](int i, int st) {
-        const int hq = kvh * group + i / per_head, m0 = (m_first + i % per_head) * BM;
-        const size_t hoff = (size_t)off * ldq + (size_t)hq * D;
-        load_tile_sw<BM, D>(sQ + st * TILE, q + hoff, ldq, m0, L, tid);
-        load_tile_sw<BM, D>(sdO + st * TILE, dout + hoff, ldq, m0, L, tid);
-        if (tid < BM) {
-            const int row = m0 + tid;
-            const bool ok = row < L;
-            const size_t at = (size_t)hq * T + off + (ok ? row : 0);
-            cp_async4(smem_addr(sL + st * BM + tid), lse + at, ok);
-            cp_async4(smem_addr(sD + st * BM + tid), dvec + at, ok);
+    if (tid == 0) {
+        mbar_init(bar_kv, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(bar_f + 8 * s, 1 + 64); /* the TMA thread, 64 lse / Dvec lanes */
+            mbar_init(bar_e + 8 * s, 8);
         }
-    };
-    load_step(0, 0);
-    cp_async_commit();
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
 
-    const int g = lane >> 2, t4 = lane & 3, krow = warp * 16;
-    float dK[D / 8][4], dV[D / 8][4];
+    if (warp < 4) {
+        /* ---- producer ---- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (tid == 0) {
+            mbar_expect(bar_kv, 2 * KTILE);
+            tma_tile<BN, D>(sK, &map_k, kvh * D, off + n0, bar_kv);
+            tma_tile<BN, D>(sV, &map_v, kvh * D, off + n0, bar_kv);
+        }
+        if (warp == 0 && lane != 0) return;
+        if (warp == 3) return;
+        for (int i = 0; i < steps; i++) {
+            const int s = i % ST, use = i / ST;
+            const int hq = kvh * group + i / per_head, m0 = (m_first + i % per_head) * BM;
+            if (use > 0) mbar_wait(bar_e + 8 * s, (use - 1) & 1);
+            if (tid == 0) {
+                mbar_expect(bar_f + 8 * s, 2 * QTILE);
+                tma_tile<BM, D>(sQ + s * QTILE, &map_q, hq * D, off + m0, bar_f + 8 * s);
+                tma_tile<BM, D>(sdO + s * QTILE, &map_do, hq * D, off + m0, bar_f + 8 * s);
+            }
+            if (warp == 1 || warp == 2) {
+                const int r = tid - 32, row = m0 + r;
+                const bool ok = row < L;
+                const size_t at = (size_t)hq * T + off + (ok ? row : 0);
+                const uint32_t dst = sLD + (s * 2 * BM + r) * 4;
+                cp_async4(dst, lse + at, ok);
+                cp_async4(dst + BM * 4, dvec + at, ok);
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar_f + 8 * s) : "memory");
+            }
+        }
+        return;
+    }
+
+    /* ---- consumers ---- */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    const int cw = warp - 4, wg = cw >> 2, ctid = tid - 128 - wg * 128;
+    const int krow = wg * 64 + (cw & 3) * 16, g = lane >> 2, t4 = lane & 3;
+    const uint32_t ka = sK + wg * 64 * 128, va = sV + wg * 64 * 128; /* this warpgroup's 64 keys */
+    const int my_bar = FW_BAR_PING + wg, other_bar = FW_BAR_PING + (wg ^ 1);
+
+    float dK[D / 8][4], dV[D / 8][4], s[NT][4], dp[NT][4];
     zero(dK);
     zero(dV);
+    zero(s);
+    zero(dp);
+
+    mbar_wait(bar_kv, 0);
+    if (wg == 1) named_arrive(other_bar, 256); /* consumer 0 issues first */
 
     for (int i = 0; i < steps; i++) {
-        const int st = i & 1;
-        cp_async_next(i + 1 < steps, [&] { load_step(i + 1, st ^ 1); });
-        fence_async_smem();
-        __syncthreads();
-        const uint32_t cQ = sQ + st * TILE, cdO = sdO + st * TILE;
-        const float *cL = sL + st * BM, *cD = sD + st * BM;
-        const int m0 = (m_first + i % per_head) * BM;
+        const int st = i % ST, m0 = (m_first + i % per_head) * BM;
+        const uint32_t cQ = sQ + st * QTILE, cdO = sdO + st * QTILE;
+        const float *cL = sL + st * 2 * BM, *cD = cL + BM;
+        mbar_wait(bar_f + 8 * st, (i / ST) & 1);
+        if (m0 + BM > L) {
+            tile_zero_tail<BM, D>(cQ, L - m0, ctid, wg);
+            tile_zero_tail<BM, D>(cdO, L - m0, ctid, wg);
+        }
 
         /* S^T = K Q^T and dP^T = V dO^T, both operands K-major from shared memory. */
-        float s[NT][4], dp[NT][4];
-        zero(s);
-        zero(dp);
+        named_sync(my_bar, 256);
         reg_fence(s);
         reg_fence(dp);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BN>(sK, kk), desc_k<BM>(cQ, kk));
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BN>(ka, kk), desc_k<BM>(cQ, kk), kk > 0);
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BN>(sV, kk), desc_k<BM>(cdO, kk));
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BN>(va, kk), desc_k<BM>(cdO, kk), kk > 0);
         wg_commit();
-        wg_wait0();
+        if (wg == 0 || i + 1 < steps) named_arrive(other_bar, 256);
+        wg_wait<0>();
         reg_fence(s);
         reg_fence(dp);
 
-        /* P^T, then dS^T = P^T (dP^T - Dvec). */
-        const bool edge = (m0 == m_first * BM) || (m0 + BM > L);
+        /* P^T, then dS^T = P^T (dP^T - Dvec); masked where the tile meets
+         * these keys' diagonal or the sequence's end. */
+        const bool edge = (m0 < n0 + BN) || (m0 + BM > L);
         strip_dkdv_p(s, cL, edge, n0 + krow, m0, L, g, t4, scale_log2);
         strip_dkdv_ds(s, dp, cD, t4);
 
@@ -351,79 +590,110 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
         for (int kk = 0; kk < BM / 16; kk++) wg_rs_nd<D>(dK, da[kk], desc_mn<BM>(cQ, kk));
         wg_commit();
-        wg_wait0();
+        wg_wait<0>();
         reg_fence(dV);
         reg_fence(dK);
-        __syncthreads();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar_e + 8 * st);
     }
 
-    strip_store_dkdv(dk, dv, dK, dV, n0 + krow, off, L, ldk, kvh, g, t4, scale);
+    strip_store_dkdv(dk, dv, dK, dV, n0 + krow, off, L, (size_t)Hkv * D, kvh, g, t4, scale);
 #endif
 }
 
-/* ---- backward: dQ ------------------------------------------------------------------------ */
-
+/* dQ: a block owns BW_OWN query rows of one head (consumer warpgroup c:
+ * rows 64c..64c+63) and walks the key tiles of BW_STEP keys from the
+ * diagonal back, as attn_bwd_dq does; the producer streams K and V. */
 template <int D>
-__global__ void __launch_bounds__(ATTN_THREADS)
-    attn_bwd_dq_wg(bf16 *__restrict__ dq, const bf16 *__restrict__ dout, const bf16 *__restrict__ q,
-                   const bf16 *__restrict__ k, const bf16 *__restrict__ v, const float *__restrict__ lse,
+__global__ void __launch_bounds__(FW_THREADS, 1)
+    attn_bwd_dq_ws(bf16 *__restrict__ dq, const __grid_constant__ CUtensorMap map_q,
+                   const __grid_constant__ CUtensorMap map_do, const __grid_constant__ CUtensorMap map_k,
+                   const __grid_constant__ CUtensorMap map_v, const float *__restrict__ lse,
                    const float *__restrict__ dvec, const int32_t *__restrict__ cu, int n_seqs, int T, int Hq, int Hkv,
                    float scale, float scale_log2) {
 #ifdef ATTN_NO_WGMMA
     __trap();
 #else
-    constexpr int BM = WG_BM, BN = WG_BN, TILE = WG_TILE(D), NT = BN / 8;
-    /* Q, dO, then two stages of K and of V. */
-    const uint32_t sQ = smem_base(), sdO = sQ + TILE, sK = sQ + 2 * TILE, sV = sQ + 4 * TILE;
+    constexpr int BM = BW_OWN, BN = BW_STEP, ST = BW_STAGES, NT = BN / 8;
+    constexpr int QTILE = BM * D * 2, KTILE = BN * D * 2;
+    /* Q, dO, stages of K, stages of V, mbarriers (Q and dO; full[ST]; empty[ST]). */
+    const uint32_t sQ = smem_base(), sdO = sQ + QTILE, sK = sdO + QTILE, sV = sK + ST * KTILE;
+    const uint32_t bars = sV + ST * KTILE, bar_q = bars, bar_f = bars + 8, bar_e = bar_f + 8 * ST;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     attn_qtile tq;
     if (!attn_qtile_find<BM, BN>(tq, cu, n_seqs, Hq, Hkv)) return;
     const int h = tq.h, kvh = tq.kvh, off = tq.off, L = tq.L, q0 = tq.q0, nkv = tq.nkv;
-    const size_t ldq = (size_t)Hq * D, ldk = (size_t)Hkv * D;
-    const size_t hoff = (size_t)off * ldq + (size_t)h * D;
-    const bf16 *kb = k + (size_t)off * ldk + (size_t)kvh * D;
-    const bf16 *vb = v + (size_t)off * ldk + (size_t)kvh * D;
 
-    load_tile_sw<BM, D>(sQ, q + hoff, ldq, q0, L, tid);
-    load_tile_sw<BM, D>(sdO, dout + hoff, ldq, q0, L, tid);
-    load_tile_sw<BN, D>(sK, kb, ldk, (nkv - 1) * BN, L, tid);
-    load_tile_sw<BN, D>(sV, vb, ldk, (nkv - 1) * BN, L, tid);
-    cp_async_commit();
+    if (tid == 0) {
+        mbar_init(bar_q, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(bar_f + 8 * s, 1);
+            mbar_init(bar_e + 8 * s, 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
 
-    const int g = lane >> 2, t4 = lane & 3, wrow = warp * 16;
+    if (warp < 4) {
+        /* ---- producer ---- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid == 0) {
+            mbar_expect(bar_q, 2 * QTILE);
+            tma_tile<BM, D>(sQ, &map_q, h * D, off + q0, bar_q);
+            tma_tile<BM, D>(sdO, &map_do, h * D, off + q0, bar_q);
+            for (int it = 0; it < nkv; it++) {
+                const int s = it % ST, use = it / ST, row = off + (nkv - 1 - it) * BN;
+                if (use > 0) mbar_wait(bar_e + 8 * s, (use - 1) & 1);
+                mbar_expect(bar_f + 8 * s, 2 * KTILE);
+                tma_tile<BN, D>(sK + s * KTILE, &map_k, kvh * D, row, bar_f + 8 * s);
+                tma_tile<BN, D>(sV + s * KTILE, &map_v, kvh * D, row, bar_f + 8 * s);
+            }
+        }
+        return;
+    }
+
+    /* ---- consumers ---- */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = warp - 4, wg = cw >> 2, ctid = tid - 128 - wg * 128;
+    const int wrow = wg * 64 + (cw & 3) * 16, g = lane >> 2, t4 = lane & 3;
+    const uint32_t qa = sQ + wg * 64 * 128, doa = sdO + wg * 64 * 128;
+    const int my_bar = FW_BAR_PING + wg, other_bar = FW_BAR_PING + (wg ^ 1);
+
     float lrow[2], drow[2];
     strip_load_rowstats(lrow, drow, lse, dvec, q0 + wrow, off, L, h, T, g);
-    float dQ[D / 8][4];
+    float dQ[D / 8][4], s[NT][4], dp[NT][4];
     zero(dQ);
+    zero(s);
+    zero(dp);
+
+    mbar_wait(bar_q, 0);
+    if (wg == 1) named_arrive(other_bar, 256); /* consumer 0 issues first */
 
     for (int it = 0; it < nkv; it++) {
-        const int nb = nkv - 1 - it, stage = it & 1;
-        cp_async_next(it + 1 < nkv, [&] {
-            load_tile_sw<BN, D>(sK + (stage ^ 1) * TILE, kb, ldk, (nb - 1) * BN, L, tid);
-            load_tile_sw<BN, D>(sV + (stage ^ 1) * TILE, vb, ldk, (nb - 1) * BN, L, tid);
-        });
-        fence_async_smem();
-        __syncthreads();
-        const uint32_t cK = sK + stage * TILE, cV = sV + stage * TILE;
+        const int st = it % ST, k0 = (nkv - 1 - it) * BN;
+        const uint32_t cK = sK + st * KTILE, cV = sV + st * KTILE;
+        mbar_wait(bar_f + 8 * st, (it / ST) & 1);
+        if (k0 + BN > L) {
+            tile_zero_tail<BN, D>(cK, L - k0, ctid, wg);
+            tile_zero_tail<BN, D>(cV, L - k0, ctid, wg);
+        }
 
         /* S = Q K^T and dP = dO V^T, all K-major from shared memory. */
-        float s[NT][4], dp[NT][4];
-        zero(s);
-        zero(dp);
+        named_sync(my_bar, 256);
         reg_fence(s);
         reg_fence(dp);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BM>(sQ, kk), desc_k<BN>(cK, kk));
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BM>(qa, kk), desc_k<BN>(cK, kk), kk > 0);
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BM>(sdO, kk), desc_k<BN>(cV, kk));
+        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BM>(doa, kk), desc_k<BN>(cV, kk), kk > 0);
         wg_commit();
-        wg_wait0();
+        if (wg == 0 || it + 1 < nkv) named_arrive(other_bar, 256);
+        wg_wait<0>();
         reg_fence(s);
         reg_fence(dp);
 
-        const int k0 = nb * BN;
         strip_dq_ds(s, dp, lrow, drow, k0 + BN - 1 > q0 + wrow, q0 + wrow, k0, g, t4, scale_log2);
 
         /* dQ += dS K, K MN-major. */
@@ -435,12 +705,13 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) wg_rs_nd<D>(dQ, da[kk], desc_mn<BN>(cK, kk));
         wg_commit();
-        wg_wait0();
+        wg_wait<0>();
         reg_fence(dQ);
-        __syncthreads();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar_e + 8 * st);
     }
 
-    strip_store_dq(dq, dQ, q0 + wrow, off, L, ldq, h, g, t4, scale);
+    strip_store_dq(dq, dQ, q0 + wrow, off, L, (size_t)Hq * D, h, g, t4, scale);
 #endif
 }
 
@@ -467,43 +738,90 @@ static void wg_smem(K kern, size_t bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
+/* cuTensorMapEncodeTiled, from the driver through the runtime (the build
+ * links no libcuda). */
+static PFN_cuTensorMapEncodeTiled_v12000 tmap_encode(void) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    if (!fn) {
+        cudaDriverEntryPointQueryResult found;
+        void *p = NULL;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || !p) DK_ABORT("attention: the CUDA driver has no cuTensorMapEncodeTiled");
+        fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    }
+    return fn;
+}
+
+/* TMA map of a packed [rows, cols] bf16 tensor read in [box_rows, 64] boxes
+ * with the 128-byte swizzle; rows past the end read as zeros. */
+static CUtensorMap tmap_rows(const bf16 *base, int cols, int rows, int box_rows) {
+    CUtensorMap m;
+    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t stride[1] = {(cuuint64_t)cols * sizeof(bf16)};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, elem[2] = {1, 1};
+    CUresult r = tmap_encode()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, elem,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) DK_ABORT("attention: cuTensorMapEncodeTiled failed (%d) for [%d, %d]", (int)r, rows, cols);
+    return m;
+}
+
 template <int D>
-static void fwd_wg(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+static void fwd_ws(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                    const int32_t *cu, int n_seqs, int T, int Hq, int Hkv, float scale) {
-    const size_t smem = 5 * (size_t)WG_TILE(D) + 1024; /* Q, 2 x (K, V), alignment slack */
-    wg_smem(attn_fwd_wg<D>, smem);
-    attn_fwd_wg<D><<<wg_grid(T, n_seqs, WG_BM, Hq), ATTN_THREADS, smem, ctx_stream(ctx)>>>(
-        out, lse, q, k, v, cu, n_seqs, T, Hq, Hkv, scale * LOG2E_F);
+    /* Q, FW_STAGES x (K, V), the mbarriers, alignment slack. */
+    const size_t smem = (size_t)(FW_BM + 2 * FW_STAGES * FW_BN) * D * 2 + 8 * (1 + 4 * FW_STAGES) + 1024;
+    wg_smem(attn_fwd_ws<D>, smem);
+    const CUtensorMap mq = tmap_rows(q, Hq * D, T, FW_BM), mk = tmap_rows(k, Hkv * D, T, FW_BN),
+                      mv = tmap_rows(v, Hkv * D, T, FW_BN);
+    attn_fwd_ws<D><<<wg_grid(T, n_seqs, FW_BM, Hq), FW_THREADS, smem, ctx_stream(ctx)>>>(
+        out, lse, mq, mk, mv, cu, n_seqs, T, Hq, Hkv, scale * LOG2E_F);
     CUDA_LAUNCH_CHECK();
 }
 
 template <int D>
-static void bwd_wg(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
+static void bwd_ws(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
                    const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
                    int Hkv, float scale) {
     cudaStream_t st = ctx_stream(ctx);
     const float sl2 = scale * LOG2E_F;
-    const size_t smem_kv = 6 * (size_t)WG_TILE(D) + 4 * WG_BM * sizeof(float) + 1024;
-    wg_smem(attn_bwd_dkdv_wg<D>, smem_kv);
-    attn_bwd_dkdv_wg<D><<<wg_grid(T, n_seqs, WG_BN, Hkv), ATTN_THREADS, smem_kv, st>>>(
-        dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale, sl2);
-    CUDA_LAUNCH_CHECK();
-    const size_t smem_q = 6 * (size_t)WG_TILE(D) + 1024;
-    wg_smem(attn_bwd_dq_wg<D>, smem_q);
-    attn_bwd_dq_wg<D><<<wg_grid(T, n_seqs, WG_BM, Hq), ATTN_THREADS, smem_q, st>>>(
-        dq, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale, sl2);
-    CUDA_LAUNCH_CHECK();
+    const int own = BW_OWN, step = BW_STEP, nst = BW_STAGES;
+    /* K and V, stages of (Q, dO, lse, Dvec), mbarriers, alignment slack. */
+    const size_t smem_kv = (size_t)(2 * own + 2 * nst * step) * D * 2 + (size_t)nst * 2 * step * 4 + 8 * (1 + 2 * nst) + 1024;
+    wg_smem(attn_bwd_dkdv_ws<D>, smem_kv);
+    {
+        const CUtensorMap mq = tmap_rows(q, Hq * D, T, step), mdo = tmap_rows(dout, Hq * D, T, step),
+                          mk = tmap_rows(k, Hkv * D, T, own), mv = tmap_rows(v, Hkv * D, T, own);
+        attn_bwd_dkdv_ws<D><<<wg_grid(T, n_seqs, own, Hkv), FW_THREADS, smem_kv, st>>>(
+            dk, dv, mq, mdo, mk, mv, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale, sl2);
+        CUDA_LAUNCH_CHECK();
+    }
+    /* Q and dO, stages of (K, V), mbarriers, alignment slack. */
+    const size_t smem_q = (size_t)(2 * own + 2 * nst * step) * D * 2 + 8 * (1 + 2 * nst) + 1024;
+    wg_smem(attn_bwd_dq_ws<D>, smem_q);
+    {
+        const CUtensorMap mq = tmap_rows(q, Hq * D, T, own), mdo = tmap_rows(dout, Hq * D, T, own),
+                          mk = tmap_rows(k, Hkv * D, T, step), mv = tmap_rows(v, Hkv * D, T, step);
+        attn_bwd_dq_ws<D><<<wg_grid(T, n_seqs, own, Hq), FW_THREADS, smem_q, st>>>(
+            dq, mq, mdo, mk, mv, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale, sl2);
+        CUDA_LAUNCH_CHECK();
+    }
 }
 
-void attn_fwd_wgmma(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                    const int32_t *cu, int n_seqs, int T, int Hq, int Hkv, int D, float scale) {
-    if (D == 64) fwd_wg<64>(ctx, out, lse, q, k, v, cu, n_seqs, T, Hq, Hkv, scale);
-    else fwd_wg<128>(ctx, out, lse, q, k, v, cu, n_seqs, T, Hq, Hkv, scale);
+int attn_fwd_wgmma(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                   const int32_t *cu, int n_seqs, int T, int Hq, int Hkv, int D, float scale) {
+    /* TMA reads from 16-byte aligned addresses only. */
+    if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) & 15) return 0;
+    if (D == 64) fwd_ws<64>(ctx, out, lse, q, k, v, cu, n_seqs, T, Hq, Hkv, scale);
+    else fwd_ws<128>(ctx, out, lse, q, k, v, cu, n_seqs, T, Hq, Hkv, scale);
+    return 1;
 }
 
-void attn_bwd_wgmma(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
-                    const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
-                    int Hkv, int D, float scale) {
-    if (D == 64) bwd_wg<64>(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale);
-    else bwd_wg<128>(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale);
+int attn_bwd_wgmma(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
+                   const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
+                   int Hkv, int D, float scale) {
+    if (((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)dout) & 15) return 0;
+    if (D == 64) bwd_ws<64>(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale);
+    else bwd_ws<128>(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale);
+    return 1;
 }
