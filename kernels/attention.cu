@@ -40,9 +40,11 @@
  * message instead of reading out of bounds).
  *
  * On Hopper (compute capability 9.0) the forward and the two backward passes
- * for head_dim 64 and 128 run the wgmma versions of these kernels (attention_wgmma.cu: same tiles,
- * same order of every sum); the mma.sync kernels here serve every other GPU
- * and are tested on Hopper by building with -DATTN_FORCE_MMA=1. */
+ * for head_dim 64 and 128 run the warp-specialized wgmma / TMA versions of
+ * these kernels (attention_wgmma.cu: same algorithms, 128-row blocks); the
+ * mma.sync kernels here serve every other GPU, inputs TMA cannot read (not
+ * 16-byte aligned), and are tested on Hopper by building with
+ * -DATTN_FORCE_MMA=1. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>

@@ -19,6 +19,11 @@
  * the consumers pass an issue token through named barriers so one issues
  * its products while the other does its elementwise work (ping-pong), and
  * registers move from the producer to the consumers (setmaxnreg).
+ * Measured on the H200 at that shape (build/bench_attention): forward
+ * 1.43 -> 0.91 ms (1.02x SDPA, 603 TFLOP/s), forward+backward 5.7 -> 4.71 ms
+ * (0.87x). ncu: tensor pipes busy 67% in the forward, 63% in both backward
+ * passes; the backward's remaining cost is its 7 products where a
+ * non-deterministic one does 5 (the dQ pass recomputes S and dP).
  *
  * Layout. Every [rows, D] tile lives in shared memory in the 128-byte
  * swizzled layout the descriptors describe: D/64 blocks of [rows, 64]
