@@ -16,14 +16,14 @@
  * here runs three warpgroups: one producer thread issues TMA copies into a
  * ring of stages (full / empty mbarriers), and two consumer warpgroups own
  * 64 rows each of a 128-row block, so each streamed tile feeds 128 rows;
- * the consumers pass an issue token through named barriers so one issues
- * its products while the other does its elementwise work (ping-pong), and
- * registers move from the producer to the consumers (setmaxnreg).
+ * in the forward the consumers pass an issue token through named barriers
+ * so one issues its products while the other does its softmax (ping-pong),
+ * and registers move from the producer to the consumers (setmaxnreg).
  * Measured on the H200 at that shape (build/bench_attention): forward
- * 1.43 -> 0.91 ms (1.02x SDPA, 603 TFLOP/s), forward+backward 5.7 -> 4.71 ms
- * (0.87x). ncu: tensor pipes busy 67% in the forward, 63% in both backward
- * passes; the backward's remaining cost is its 7 products where a
- * non-deterministic one does 5 (the dQ pass recomputes S and dP).
+ * 1.43 -> 0.91 ms (1.0x SDPA, 600 TFLOP/s), forward+backward 5.7 -> 4.45 ms
+ * (0.92x). ncu: tensor pipes busy 67% in the forward, 63% in both backward
+ * passes (with the token); the backward's remaining cost is its 7 products
+ * where a non-deterministic one does 5 (the dQ pass recomputes S and dP).
  *
  * Layout. Every [rows, D] tile lives in shared memory in the 128-byte
  * swizzled layout the descriptors describe: D/64 blocks of [rows, 64]
@@ -437,8 +437,12 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 
 /* ---- backward ------------------------------------------------------------------------------
  * Both passes are warp-specialized like the forward: a producer warpgroup
- * streams tiles with TMA through full / empty mbarriers, two consumer
- * warpgroups share each tile and pass the issue token back and forth. */
+ * streams tiles with TMA through full / empty mbarriers and two consumer
+ * warpgroups share each tile. Unlike the forward, the consumers run free,
+ * without the ping-pong token: with it, forward+backward at the benchmark
+ * shape took 4.69 ms, without 4.45 ms (the backward's elementwise part is
+ * short next to its four / three products, so the token mostly made one
+ * warpgroup wait). */
 
 #define BW_STAGES 2  /* streamed tiles in flight */
 #define BW_STEP 64   /* query rows per step of the dK / dV pass, keys per tile of the dQ pass */
@@ -538,7 +542,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const int cw = warp - 4, wg = cw >> 2, ctid = tid - 128 - wg * 128;
     const int krow = wg * 64 + (cw & 3) * 16, g = lane >> 2, t4 = lane & 3;
     const uint32_t ka = sK + wg * 64 * 128, va = sV + wg * 64 * 128; /* this warpgroup's 64 keys */
-    const int my_bar = FW_BAR_PING + wg, other_bar = FW_BAR_PING + (wg ^ 1);
 
     float dK[D / 8][4], dV[D / 8][4], s[NT][4], dp[NT][4];
     zero(dK);
@@ -547,7 +550,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     zero(dp);
 
     mbar_wait(bar_kv, 0);
-    if (wg == 1) named_arrive(other_bar, 256); /* consumer 0 issues first */
 
     for (int i = 0; i < steps; i++) {
         const int st = i % ST, m0 = (m_first + i % per_head) * BM;
@@ -560,7 +562,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         }
 
         /* S^T = K Q^T and dP^T = V dO^T, both operands K-major from shared memory. */
-        named_sync(my_bar, 256);
         reg_fence(s);
         reg_fence(dp);
         wg_fence();
@@ -569,7 +570,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BN>(va, kk), desc_k<BM>(cdO, kk), kk > 0);
         wg_commit();
-        if (wg == 0 || i + 1 < steps) named_arrive(other_bar, 256);
         wg_wait<0>();
         reg_fence(s);
         reg_fence(dp);
@@ -663,7 +663,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const int cw = warp - 4, wg = cw >> 2, ctid = tid - 128 - wg * 128;
     const int wrow = wg * 64 + (cw & 3) * 16, g = lane >> 2, t4 = lane & 3;
     const uint32_t qa = sQ + wg * 64 * 128, doa = sdO + wg * 64 * 128;
-    const int my_bar = FW_BAR_PING + wg, other_bar = FW_BAR_PING + (wg ^ 1);
 
     float lrow[2], drow[2];
     strip_load_rowstats(lrow, drow, lse, dvec, q0 + wrow, off, L, h, T, g);
@@ -673,7 +672,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     zero(dp);
 
     mbar_wait(bar_q, 0);
-    if (wg == 1) named_arrive(other_bar, 256); /* consumer 0 issues first */
 
     for (int it = 0; it < nkv; it++) {
         const int st = it % ST, k0 = (nkv - 1 - it) * BN;
@@ -685,7 +683,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         }
 
         /* S = Q K^T and dP = dO V^T, all K-major from shared memory. */
-        named_sync(my_bar, 256);
         reg_fence(s);
         reg_fence(dp);
         wg_fence();
@@ -694,7 +691,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BM>(doa, kk), desc_k<BN>(cV, kk), kk > 0);
         wg_commit();
-        if (wg == 0 || it + 1 < nkv) named_arrive(other_bar, 256);
         wg_wait<0>();
         reg_fence(s);
         reg_fence(dp);
