@@ -139,6 +139,11 @@ static void run_case(const attn_case *c, ops_ctx *g) {
 
     float *q = rand_bf16(nq, c->qscale), *k = rand_bf16(nk, 1.0f), *v = rand_bf16(nk, 1.0f);
     float *dout = rand_bf16(nq, 1.0f);
+    /* Padding rows may hold anything: NaN there must not reach the
+     * sequences' rows (the Hopper kernels read whole tiles past a sequence's
+     * end and zero what they must; the CPU reference never reads them). */
+    for (size_t i = (size_t)covered * Hq * D; i < nq; i++) q[i] = NAN;
+    for (size_t i = (size_t)covered * Hkv * D; i < nk; i++) k[i] = v[i] = NAN;
     void *dq_in = dev_act(g, q, nq), *dk_in = dev_act(g, k, nk), *dv_in = dev_act(g, v, nk);
     void *ddout = dev_act(g, dout, nq);
     int32_t *dcu = ops_alloc(g, sizeof cu);
