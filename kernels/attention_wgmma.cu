@@ -281,6 +281,31 @@ __device__ __forceinline__ void named_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
+/* Producer: before the use-th filling of a stage, waits until the
+ * consumers have handed back its previous one (none before the first). */
+__device__ __forceinline__ void stage_wait_empty(uint32_t empty, int use) {
+    if (use > 0) mbar_wait(empty, (use - 1) & 1);
+}
+
+/* Consumer: this warp is done with a stage (one arrival per warp). */
+__device__ __forceinline__ void stage_release(uint32_t empty) {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(empty);
+}
+
+/* Zeroes rows `from` .. ROWS - 1 of a swizzled [ROWS, D] tile that TMA
+ * filled past a sequence's end (see above), by the 128 threads of
+ * consumer warpgroup wg, and makes the zeros visible to its tensor cores. */
+template <int ROWS, int D>
+__device__ __forceinline__ void tile_zero_tail(uint32_t tile, int from, int ctid, int wg) {
+    for (int i = ctid; i < (ROWS - from) * (D / 8); i += 128) {
+        const int r = from + i / (D / 8), c = i % (D / 8);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + sw_off<ROWS>(r, c)), "r"(0) : "memory");
+    }
+    fence_async_smem();
+    named_sync(FW_BAR_PING + 2 + wg, 128);
+}
+
 #endif /* !ATTN_NO_WGMMA */
 
 template <int D>
@@ -324,10 +349,10 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             tma_tile<BM, D>(sQ, &map_q, h * D, off + q0, bar_q);
             for (int it = 0; it < nkv; it++) {
                 const int s = it % ST, use = it / ST, row = off + (nkv - 1 - it) * BN;
-                if (use > 0) mbar_wait(bar_ek + 8 * s, (use - 1) & 1);
+                stage_wait_empty(bar_ek + 8 * s, use);
                 mbar_expect(bar_fk + 8 * s, KTILE);
                 tma_tile<BN, D>(sK + s * KTILE, &map_k, kvh * D, row, bar_fk + 8 * s);
-                if (use > 0) mbar_wait(bar_ev + 8 * s, (use - 1) & 1);
+                stage_wait_empty(bar_ev + 8 * s, use);
                 mbar_expect(bar_fv + 8 * s, KTILE);
                 tma_tile<BN, D>(sV + s * KTILE, &map_v, kvh * D, row, bar_fv + 8 * s);
             }
@@ -364,25 +389,12 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         const int sv = it % ST, k0 = (nkv - 1 - it) * BN;
         const uint32_t cV = sV + sv * KTILE;
         mbar_wait(bar_fv + 8 * sv, (it / ST) & 1);
-        if (k0 + BN > L) {
-            const int first = L - k0;
-            for (int i = ctid; i < (BN - first) * (D / 8); i += 128) {
-                const int r = first + i / (D / 8), c = i % (D / 8);
-                asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(cV + sw_off<BN>(r, c)), "r"(0)
-                             : "memory");
-            }
-            fence_async_smem();
-            named_sync(FW_BAR_PING + 2 + wg, 128);
-        }
+        if (k0 + BN > L) tile_zero_tail<BN, D>(cV, L - k0, ctid, wg);
         reg_fence(o);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) wg_rs_nd<D>(o, pa[kk], desc_mn<BN>(cV, kk));
         wg_commit();
-    };
-    auto release = [&](uint32_t bar) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
     };
     auto softmax = [&](int it) {
         const int k0 = (nkv - 1 - it) * BN;
@@ -403,7 +415,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     named_arrive(other_bar, 256);
     wg_wait<0>();
     reg_fence(s);
-    release(bar_ek);
+    stage_release(bar_ek);
     softmax(0);
     pack_p();
 
@@ -415,11 +427,11 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         named_arrive(other_bar, 256);
         wg_wait<1>();
         reg_fence(s);
-        release(bar_ek + 8 * (it % ST));
+        stage_release(bar_ek + 8 * (it % ST));
         softmax(it);
         wg_wait<0>();
         reg_fence(o);
-        release(bar_ev + 8 * ((it - 1) % ST));
+        stage_release(bar_ev + 8 * ((it - 1) % ST));
         strip_rescale(o, corr);
         pack_p();
     }
@@ -448,20 +460,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 #define BW_STEP 64   /* query rows per step of the dK / dV pass, keys per tile of the dQ pass */
 #define BW_OWN 128   /* rows a block owns: keys (dK / dV pass), queries (dQ pass) */
 
-#ifndef ATTN_NO_WGMMA
-/* Zeroes rows `from` .. ROWS - 1 of a swizzled [ROWS, D] tile that TMA
- * filled past a sequence's end (see the forward), by the 128 threads of
- * consumer warpgroup wg, and makes the zeros visible to its tensor cores. */
-template <int ROWS, int D>
-__device__ __forceinline__ void tile_zero_tail(uint32_t tile, int from, int ctid, int wg) {
-    for (int i = ctid; i < (ROWS - from) * (D / 8); i += 128) {
-        const int r = from + i / (D / 8), c = i % (D / 8);
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + sw_off<ROWS>(r, c)), "r"(0) : "memory");
-    }
-    fence_async_smem();
-    named_sync(FW_BAR_PING + 2 + wg, 128);
-}
-#endif
 
 /* dK, dV: a block owns BW_OWN keys of one kv head (consumer warpgroup c:
  * keys 64c..64c+63, warp w of it 16 more) and walks the group's query heads,
@@ -518,7 +516,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         for (int i = 0; i < steps; i++) {
             const int s = i % ST, use = i / ST;
             const int hq = kvh * group + i / per_head, m0 = (m_first + i % per_head) * BM;
-            if (use > 0) mbar_wait(bar_e + 8 * s, (use - 1) & 1);
+            stage_wait_empty(bar_e + 8 * s, use);
             if (tid == 0) {
                 mbar_expect(bar_f + 8 * s, 2 * QTILE);
                 tma_tile<BM, D>(sQ + s * QTILE, &map_q, hq * D, off + m0, bar_f + 8 * s);
@@ -598,8 +596,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         wg_wait<0>();
         reg_fence(dV);
         reg_fence(dK);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar_e + 8 * st);
+        stage_release(bar_e + 8 * st);
     }
 
     strip_store_dkdv(dk, dv, dK, dV, n0 + krow, off, L, (size_t)Hkv * D, kvh, g, t4, scale);
@@ -649,7 +646,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             tma_tile<BM, D>(sdO, &map_do, h * D, off + q0, bar_q);
             for (int it = 0; it < nkv; it++) {
                 const int s = it % ST, use = it / ST, row = off + (nkv - 1 - it) * BN;
-                if (use > 0) mbar_wait(bar_e + 8 * s, (use - 1) & 1);
+                stage_wait_empty(bar_e + 8 * s, use);
                 mbar_expect(bar_f + 8 * s, 2 * KTILE);
                 tma_tile<BN, D>(sK + s * KTILE, &map_k, kvh * D, row, bar_f + 8 * s);
                 tma_tile<BN, D>(sV + s * KTILE, &map_v, kvh * D, row, bar_f + 8 * s);
@@ -708,8 +705,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         wg_commit();
         wg_wait<0>();
         reg_fence(dQ);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar_e + 8 * st);
+        stage_release(bar_e + 8 * st);
     }
 
     strip_store_dq(dq, dQ, q0 + wrow, off, L, (size_t)Hq * D, h, g, t4, scale);
