@@ -14,8 +14,9 @@
  * and x_{i+D/2}..) at once, computes the 8 cos/sin pairs while they are in
  * flight, and rotates and stores. (A thread per token over all 32 heads,
  * four heads in flight at a time, ran at 0.70 of the copy rate on an H200
- * at T = 32768 with 32 + 8 heads of 128; this layout at 0.84.) Other head sizes (D/2 not a multiple of 8) or an
- * unaligned buffer take a scalar path with one thread per (token, i). */
+ * at T = 32768 with 32 + 8 heads of 128; this layout at 0.84.) Other head
+ * sizes (D/2 not a multiple of 8) or an unaligned buffer take a scalar path
+ * with one thread per (token, i). */
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
