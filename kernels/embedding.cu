@@ -6,9 +6,9 @@
  *
  * Backward: dtable[ids[t], :] += dout[t, :], bit-identical from run to run,
  * without atomics:
- *  1. sort the keys (id << 32 | t) with a bitonic network in scratch, so the
- *     tokens of one id are adjacent and in token order (negative ids and the
- *     padding of the network sort last and are skipped);
+ *  1. sort the keys (id << 32 | t) in scratch (emb_sort_keys), so the
+ *     tokens of one id are adjacent and in token order (negative ids sort
+ *     last and are skipped);
  *  2. cut the sorted order into windows of P positions; a thread per (window,
  *     8 columns) adds up each run of equal ids inside its window in order. A
  *     run that lies inside the window is added to its dtable row at once; the
@@ -66,70 +66,107 @@ extern "C" void cuda_embedding_forward(ops_ctx *ctx, void *out, const int32_t *i
     CUDA_LAUNCH_CHECK();
 }
 
-/* ---- backward: bitonic sort of (id, token) keys ------------------------------------- */
+/* ---- backward: sort of the (id, token) keys ---------------------------------------- */
 
-#define SORT_TILE 4096 /* keys sorted in shared memory by one block (32 KB) */
-#define SORT_THREADS 1024
+#define SORT_TILE 512    /* keys one block sorts in shared memory */
+#define SORT_THREADS 256 /* a compare-exchange each per network step */
+#define RANK_TILES 4     /* other tiles one rank block counts against */
 #define NO_ID 0xffffffffu
-
-__global__ void emb_make_keys(uint64_t *keys, const int32_t *ids, int T, int n2) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n2; i += gridDim.x * blockDim.x) {
-        uint32_t id = NO_ID;
-        if (i < T && ids[i] >= 0) id = (uint32_t)ids[i];
-        keys[i] = i < T ? ((uint64_t)id << 32 | (uint32_t)i) : ~0ull;
-    }
-}
+#define NO_KEY (~0ull)
 
 /* Compare-exchange of the pair (i, i + j) for stage k: ascending where
  * (i & k) == 0. p is the pair's index. */
-__device__ __forceinline__ void bitonic_pair(uint64_t *a, unsigned p, unsigned j, unsigned k, unsigned base) {
+__device__ __forceinline__ void bitonic_pair(uint64_t *a, unsigned p, unsigned j, unsigned k) {
     unsigned i = (p / j) * 2 * j + (p % j), l = i + j;
     uint64_t x = a[i], y = a[l];
-    bool up = ((base + i) & k) == 0;
+    bool up = (i & k) == 0;
     if ((x > y) == up) {
         a[i] = y;
         a[l] = x;
     }
 }
 
-/* Stages k = 2 .. kmax (or just k = kmax's merges j < tile when merge_only)
- * on a tile of `tile` keys in shared memory. */
-__global__ void __launch_bounds__(SORT_THREADS)
-    bitonic_tile(uint64_t *keys, unsigned tile, unsigned kmax, int merge_only) {
+/* Block b makes the keys of tokens b * SORT_TILE .. (NO_KEY past T, so
+ * they sort last), sorts them with a bitonic network in shared memory and
+ * starts each key's rank at its place in the tile. */
+__global__ void __launch_bounds__(SORT_THREADS) emb_sort_tiles(uint64_t *tkeys, int *rank, const int32_t *ids, int T) {
     __shared__ uint64_t s[SORT_TILE];
-    const unsigned base = blockIdx.x * tile;
-    for (unsigned i = threadIdx.x; i < tile; i += blockDim.x) s[i] = keys[base + i];
+    const int base = blockIdx.x * SORT_TILE;
+    for (int i = threadIdx.x; i < SORT_TILE; i += blockDim.x) {
+        const int t = base + i;
+        uint64_t key = NO_KEY;
+        if (t < T) key = (uint64_t)(ids[t] >= 0 ? (uint32_t)ids[t] : NO_ID) << 32 | (uint32_t)t;
+        s[i] = key;
+    }
     __syncthreads();
-    for (unsigned k = merge_only ? kmax : 2; k <= kmax; k <<= 1) {
-        for (unsigned j = (merge_only ? tile : k) >> 1; j > 0; j >>= 1) {
-            for (unsigned p = threadIdx.x; p < tile / 2; p += blockDim.x) bitonic_pair(s, p, j, k, base);
+    for (unsigned k = 2; k <= SORT_TILE; k <<= 1) {
+        for (unsigned j = k >> 1; j > 0; j >>= 1) {
+            bitonic_pair(s, threadIdx.x, j, k);
             __syncthreads();
         }
     }
-    for (unsigned i = threadIdx.x; i < tile; i += blockDim.x) keys[base + i] = s[i];
+    for (int i = threadIdx.x; i < SORT_TILE; i += blockDim.x) {
+        tkeys[base + i] = s[i];
+        rank[base + i] = i;
+    }
 }
 
-/* One stage step with a pair distance j >= tile, over the whole array. */
-__global__ void bitonic_global(uint64_t *keys, unsigned npairs, unsigned j, unsigned k) {
-    for (unsigned p = blockIdx.x * blockDim.x + threadIdx.x; p < npairs; p += gridDim.x * blockDim.x)
-        bitonic_pair(keys, p, j, k, 0);
+/* Keys of a sorted tile below x: binary lifting over SORT_TILE entries. */
+__device__ __forceinline__ int tile_count_below(const uint64_t *a, uint64_t x) {
+    int c = 0;
+#pragma unroll
+    for (int step = SORT_TILE / 2; step > 0; step >>= 1)
+        if (a[c + step - 1] < x) c += step;
+    return c + (a[c] < x);
 }
 
-static void bitonic_sort(ops_ctx *ctx, uint64_t *keys, unsigned n2) {
+/* Block (i, g): each key of tile i counts the keys below it in tiles
+ * g * RANK_TILES .. (but i) and adds that to its rank. Keys are distinct
+ * (the token index is in them), so the finished rank is the key's place in
+ * the sorted order; integer atomics make it the same whatever the order
+ * the blocks run in. Work and L2 reads grow as T^2 / SORT_TILE: about 16 MB
+ * of reads at T = 32768. */
+__global__ void __launch_bounds__(SORT_THREADS) emb_rank_tiles(int *rank, const uint64_t *__restrict__ tkeys, int nt) {
+    __shared__ uint64_t s[RANK_TILES][SORT_TILE];
+    const int i = blockIdx.x, j0 = blockIdx.y * RANK_TILES, nj = min(RANK_TILES, nt - j0);
+    for (int u = 0; u < nj; u++)
+        for (int e = threadIdx.x; e < SORT_TILE; e += blockDim.x) s[u][e] = tkeys[(size_t)(j0 + u) * SORT_TILE + e];
+    __syncthreads();
+    for (int e = threadIdx.x; e < SORT_TILE; e += blockDim.x) {
+        const uint64_t x = tkeys[(size_t)i * SORT_TILE + e];
+        if (x == NO_KEY) continue;
+        int c = 0;
+        for (int u = 0; u < nj; u++)
+            if (j0 + u != i) c += tile_count_below(s[u], x);
+        if (c) atomicAdd(&rank[(size_t)i * SORT_TILE + e], c);
+    }
+}
+
+__global__ void emb_scatter_keys(uint64_t *keys, const uint64_t *__restrict__ tkeys, const int *__restrict__ rank,
+                                 int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const uint64_t x = tkeys[i];
+        if (x != NO_KEY) keys[rank[i]] = x;
+    }
+}
+
+/* keys[0 .. T) = the (id, token) keys in ascending order (negative ids as
+ * NO_ID, last): tiles sorted in shared memory, then every key ranked by
+ * binary searches in the other tiles and moved to its place. Three
+ * launches whatever T; a bitonic network over the whole array took 85 us
+ * at T = 8192 on an H200, most of it two blocks sorting 4096 keys each. */
+static void emb_sort_keys(ops_ctx *ctx, uint64_t *keys, uint64_t *tkeys, int *rank, const int32_t *ids, int T) {
     cudaStream_t st = ctx_stream(ctx);
-    unsigned tile = n2 < SORT_TILE ? n2 : SORT_TILE;
-    unsigned threads = tile / 2 < SORT_THREADS ? tile / 2 : SORT_THREADS;
-    if (threads < 1) threads = 1;
-    bitonic_tile<<<n2 / tile, threads, 0, st>>>(keys, tile, tile, 0);
+    const int nt = (int)div_up((size_t)T, SORT_TILE);
+    emb_sort_tiles<<<nt, SORT_THREADS, 0, st>>>(tkeys, rank, ids, T);
     CUDA_LAUNCH_CHECK();
-    for (unsigned k = 2 * tile; k <= n2; k <<= 1) {
-        for (unsigned j = k >> 1; j >= tile; j >>= 1) {
-            bitonic_global<<<grid_for(ctx, n2 / 2, 256, 8), 256, 0, st>>>(keys, n2 / 2, j, k);
-            CUDA_LAUNCH_CHECK();
-        }
-        bitonic_tile<<<n2 / tile, threads, 0, st>>>(keys, tile, k, 1);
+    if (nt > 1) {
+        emb_rank_tiles<<<dim3(nt, div_up((size_t)nt, RANK_TILES)), SORT_THREADS, 0, st>>>(rank, tkeys, nt);
         CUDA_LAUNCH_CHECK();
     }
+    emb_scatter_keys<<<grid_for(ctx, (size_t)nt * SORT_TILE, 256, 8), 256, 0, st>>>(keys, tkeys, rank,
+                                                                                       nt * SORT_TILE);
+    CUDA_LAUNCH_CHECK();
 }
 
 /* ---- backward: windowed run sums ------------------------------------------------------- */
@@ -286,22 +323,22 @@ extern "C" void cuda_embedding_backward(ops_ctx *ctx, float *dtable, const void 
                                         int C) {
     if (T <= 0 || C <= 0) return;
     cudaStream_t st = ctx_stream(ctx);
-    unsigned n2 = 1;
-    while (n2 < (unsigned)T) n2 <<= 1;
-    const size_t key_bytes = ((size_t)n2 * sizeof(uint64_t) + 255) & ~(size_t)255;
+    const size_t nk = div_up((size_t)T, SORT_TILE) * SORT_TILE; /* keys in whole tiles */
+    const size_t key_bytes = ((size_t)T * sizeof(uint64_t) + 255) & ~(size_t)255;
+    const size_t tile_bytes = ((nk * (sizeof(uint64_t) + sizeof(int))) + 255) & ~(size_t)255;
     /* Window length: 32 positions, doubled until the two partial slots per
-     * window fit the scratch. */
+     * window fit the scratch beside the keys. */
     int P = 32;
-    while ((size_t)2 * div_up((size_t)T, P) * C * sizeof(float) + key_bytes > ctx->scratch_size && P < T) P *= 2;
+    while ((size_t)2 * div_up((size_t)T, P) * C * sizeof(float) + key_bytes + tile_bytes > ctx->scratch_size && P < T)
+        P *= 2;
     const int nwin = (int)div_up((size_t)T, P);
-    char *scratch = (char *)ctx_scratch(ctx, key_bytes + (size_t)2 * nwin * C * sizeof(float),
+    char *scratch = (char *)ctx_scratch(ctx, key_bytes + tile_bytes + (size_t)2 * nwin * C * sizeof(float),
                                         "ops_embedding_backward");
-    uint64_t *keys = (uint64_t *)scratch;
-    float *head = (float *)(scratch + key_bytes), *tail = head + (size_t)nwin * C;
+    uint64_t *keys = (uint64_t *)scratch, *tkeys = (uint64_t *)(scratch + key_bytes);
+    int *rank = (int *)(tkeys + nk);
+    float *head = (float *)(scratch + key_bytes + tile_bytes), *tail = head + (size_t)nwin * C;
 
-    emb_make_keys<<<grid_for(ctx, n2, 256, 8), 256, 0, st>>>(keys, ids, T, (int)n2);
-    CUDA_LAUNCH_CHECK();
-    bitonic_sort(ctx, keys, n2);
+    emb_sort_keys(ctx, keys, tkeys, rank, ids, T);
 
     const int vec = (C % 8 == 0 && is_aligned16(dtable) && is_aligned16(dout)) ? 8 : 1;
     dim3 grid(div_up((size_t)C, (size_t)128 * vec), (unsigned)nwin);
