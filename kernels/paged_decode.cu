@@ -85,10 +85,16 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / LPK, part = lane % LPK;
     const int t = blockIdx.x / a.Hkv, g = blockIdx.x % a.Hkv, split = blockIdx.y;
-    pdl_wait(); /* q and the new token's K/V are the kernel before's output */
-    pdl_launch_dependents();
+    /* Before pdl_wait this kernel reads only what no kernel of the step
+     * writes: the step's metadata (uploaded before its first kernel) and the
+     * K/V rows of earlier tokens. So the sequence lookup, the block table
+     * and the first step of old keys are in flight while the kernel before
+     * (qkv_to_cache) still runs; at batch 1 they are most of this kernel's
+     * chain of dependent loads. */
     const int s = pa_seq_of(a, t);
     if (s >= a.n_seqs) { /* padding token: zero (split runs without counters leave it to the merge) */
+        pdl_wait();
+        pdl_launch_dependents();
         if (a.nsplit == 1 || (a.counters && split == 0))
             for (int i = threadIdx.x; i < a.G * D; i += PD_THREADS)
                 a.out[((size_t)t * a.Hq + (size_t)g * a.G) * D + i] = __float2bfloat16_rn(0.0f);
@@ -98,10 +104,43 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     const int row_end = a.ctx_lens[s] - nq + i + 1;
     const int k_begin = split * a.chunk, k_end = min(k_begin + a.chunk, row_end);
     if (k_begin >= k_end) { /* the merge reads only the splits that hold keys */
+        pdl_wait();
+        pdl_launch_dependents();
         if (a.counters) pd_merge_last<D>(a, t, g, row_end);
         return;
     }
     const int G = a.G;
+    const int fresh = a.ctx_lens[s] - nq; /* keys from here on are this step's, written by the kernel before */
+    const size_t tok_stride = (size_t)a.Hkv * D, head_off = (size_t)g * D + (size_t)part * 8;
+    const int32_t *pages = a.bt + (size_t)s * a.max_pages;
+    auto row_off = [&](int p) {
+        return ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
+    };
+    const int k_first = k_begin + warp * KPS;
+    uint4 kr[U], vr[U];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int p = k_first + u * KPL + sub;
+        ok[u] = p < k_end;
+        kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (ok[u] && p < fresh) {
+            const size_t off = row_off(p);
+            kr[u] = ld_stream(a.kc + off);
+            vr[u] = ld_stream(a.vc + off);
+        }
+    }
+    pdl_wait(); /* q and the new tokens' K/V are the kernel before's output */
+    pdl_launch_dependents();
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int p = k_first + u * KPL + sub;
+        if (ok[u] && p >= fresh) {
+            const size_t off = row_off(p);
+            kr[u] = ld_stream(a.kc + off);
+            vr[u] = ld_stream(a.vc + off);
+        }
+    }
 
     /* This lane's 8 dims of each query head of the group, pre-scaled. */
     float qf[GM][8];
@@ -125,22 +164,19 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
         for (int e = 0; e < 8; e++) o[j][e] = 0.0f;
     }
 
-    const size_t tok_stride = (size_t)a.Hkv * D, head_off = (size_t)g * D + (size_t)part * 8;
-    const int32_t *pages = a.bt + (size_t)s * a.max_pages;
-    for (int k0 = k_begin + warp * KPS; k0 < k_end; k0 += PD_WARPS * KPS) {
-        uint4 kr[U], vr[U];
-        bool ok[U];
+    for (int k0 = k_first; k0 < k_end; k0 += PD_WARPS * KPS) {
+        if (k0 != k_first) { /* the first step's rows are loaded above */
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int p = k0 + u * KPL + sub;
-            ok[u] = p < k_end;
-            if (ok[u]) {
-                const size_t off =
-                    ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
-                kr[u] = ld_stream(a.kc + off);
-                vr[u] = ld_stream(a.vc + off);
-            } else {
-                kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
+            for (int u = 0; u < U; u++) {
+                const int p = k0 + u * KPL + sub;
+                ok[u] = p < k_end;
+                if (ok[u]) {
+                    const size_t off = row_off(p);
+                    kr[u] = ld_stream(a.kc + off);
+                    vr[u] = ld_stream(a.vc + off);
+                } else {
+                    kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
+                }
             }
         }
         /* Scores: 8-dim partial dots summed over the key's LPK lanes. */

@@ -29,29 +29,49 @@ __global__ void __launch_bounds__(QC_WARPS * 32)
                         int Hq, int Hkv, int D, float eps, float theta) {
     const int half = D / 2, t = blockIdx.x, lane = threadIdx.x & 31;
     const int hh = blockIdx.y * QC_WARPS + (threadIdx.x >> 5);
-    pdl_wait(); /* the q|k|v rows are the kernel before's output */
-    pdl_launch_dependents();
-    if (hh >= Hq + 2 * Hkv) return;
     const size_t Q = (size_t)Hq * D, KV = (size_t)Hkv * D;
     const bf16 *row = qkv + (size_t)t * (Q + 2 * KV);
-    const bf16 *src, *w = NULL;
-    bf16 *dst;
+    const bf16 *src = NULL, *w = NULL;
+    bf16 *dst = NULL;
+    bool rotate = false;
+    /* Before pdl_wait: everything that is not the kernel before's output
+     * (the slot and position, uploaded before the step; the norm weights;
+     * the angles), so after it only the q|k|v row's load, one reduction and
+     * the stores remain. */
     if (hh < Hq) {
         src = row + (size_t)hh * D;
         dst = q_out + ((size_t)t * Hq + hh) * D;
         w = qn;
-    } else {
+        rotate = true;
+    } else if (hh < Hq + 2 * Hkv) {
         const int slot = slots[t];
-        if (slot < 0) return;
         const bool is_k = hh < Hq + Hkv;
         const int g = is_k ? hh - Hq : hh - Hq - Hkv;
-        src = row + Q + (is_k ? 0 : KV) + (size_t)g * D;
-        dst = (is_k ? kc : vc) + ((size_t)slot * Hkv + g) * D;
-        if (!is_k) { /* v: a copy */
-            for (int i = lane; i < D; i += 32) dst[i] = src[i];
-            return;
+        if (slot >= 0) {
+            src = row + Q + (is_k ? 0 : KV) + (size_t)g * D;
+            dst = (is_k ? kc : vc) + ((size_t)slot * Hkv + g) * D;
         }
-        w = kn;
+        if (is_k) w = kn, rotate = true; /* v: a copy */
+    }
+    float cs[QC_PAIRS], sn[QC_PAIRS], w1[QC_PAIRS], w2[QC_PAIRS];
+    if (rotate && src) {
+        const float p = (float)pos[t];
+#pragma unroll
+        for (int j = 0; j < QC_PAIRS; j++) {
+            const int i = lane + 32 * j;
+            cs[j] = sn[j] = w1[j] = w2[j] = 0.0f;
+            if (i < half) {
+                sincosf(p * rope_inv_freq_at(i, D, theta), &sn[j], &cs[j]);
+                if (w) w1[j] = __bfloat162float(w[i]), w2[j] = __bfloat162float(w[i + half]);
+            }
+        }
+    }
+    pdl_wait(); /* the q|k|v rows are the kernel before's output */
+    pdl_launch_dependents();
+    if (!src) return;
+    if (!rotate) {
+        for (int i = lane; i < D; i += 32) dst[i] = src[i];
+        return;
     }
     float x1[QC_PAIRS], x2[QC_PAIRS], ss = 0.0f;
 #pragma unroll
@@ -64,20 +84,17 @@ __global__ void __launch_bounds__(QC_WARPS * 32)
     }
     float r = 1.0f;
     if (w) r = 1.0f / sqrtf(warp_sum(ss) / (float)D + eps);
-    const float p = (float)pos[t];
 #pragma unroll
     for (int j = 0; j < QC_PAIRS; j++) {
         const int i = lane + 32 * j;
         if (i >= half) break;
         float a = x1[j], b = x2[j];
         if (w) {
-            a = __bfloat162float(__float2bfloat16_rn((a * r) * __bfloat162float(w[i])));
-            b = __bfloat162float(__float2bfloat16_rn((b * r) * __bfloat162float(w[i + half])));
+            a = __bfloat162float(__float2bfloat16_rn((a * r) * w1[j]));
+            b = __bfloat162float(__float2bfloat16_rn((b * r) * w2[j]));
         }
-        float sn, cs;
-        sincosf(p * rope_inv_freq_at(i, D, theta), &sn, &cs);
-        dst[i] = __float2bfloat16_rn(a * cs - b * sn);
-        dst[i + half] = __float2bfloat16_rn(b * cs + a * sn);
+        dst[i] = __float2bfloat16_rn(a * cs[j] - b * sn[j]);
+        dst[i + half] = __float2bfloat16_rn(b * cs[j] + a * sn[j]);
     }
 }
 
