@@ -113,34 +113,35 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     const int fresh = a.ctx_lens[s] - nq; /* keys from here on are this step's, written by the kernel before */
     const size_t tok_stride = (size_t)a.Hkv * D, head_off = (size_t)g * D + (size_t)part * 8;
     const int32_t *pages = a.bt + (size_t)s * a.max_pages;
-    auto row_off = [&](int p) {
-        return ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
-    };
-    const int k_first = k_begin + warp * KPS;
     uint4 kr[U], vr[U];
     bool ok[U];
+    /* A warp step's rows start at key k0: clear_rows marks which hold keys
+     * and zeroes them, load_rows loads those among them in [lo, hi). */
+    auto clear_rows = [&](int k0) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int p = k_first + u * KPL + sub;
-        ok[u] = p < k_end;
-        kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
-        if (ok[u] && p < fresh) {
-            const size_t off = row_off(p);
-            kr[u] = ld_stream(a.kc + off);
-            vr[u] = ld_stream(a.vc + off);
+        for (int u = 0; u < U; u++) {
+            ok[u] = k0 + u * KPL + sub < k_end;
+            kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
         }
-    }
+    };
+    auto load_rows = [&](int k0, int lo, int hi) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int p = k0 + u * KPL + sub;
+            if (ok[u] && p >= lo && p < hi) {
+                const size_t off =
+                    ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
+                kr[u] = ld_stream(a.kc + off);
+                vr[u] = ld_stream(a.vc + off);
+            }
+        }
+    };
+    const int k_first = k_begin + warp * KPS;
+    clear_rows(k_first);
+    load_rows(k_first, 0, fresh);
     pdl_wait(); /* q and the new tokens' K/V are the kernel before's output */
     pdl_launch_dependents();
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int p = k_first + u * KPL + sub;
-        if (ok[u] && p >= fresh) {
-            const size_t off = row_off(p);
-            kr[u] = ld_stream(a.kc + off);
-            vr[u] = ld_stream(a.vc + off);
-        }
-    }
+    load_rows(k_first, fresh, k_end);
 
     /* This lane's 8 dims of each query head of the group, pre-scaled. */
     float qf[GM][8];
@@ -166,18 +167,8 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
 
     for (int k0 = k_first; k0 < k_end; k0 += PD_WARPS * KPS) {
         if (k0 != k_first) { /* the first step's rows are loaded above */
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int p = k0 + u * KPL + sub;
-                ok[u] = p < k_end;
-                if (ok[u]) {
-                    const size_t off = row_off(p);
-                    kr[u] = ld_stream(a.kc + off);
-                    vr[u] = ld_stream(a.vc + off);
-                } else {
-                    kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
-                }
-            }
+            clear_rows(k0);
+            load_rows(k0, 0, k_end);
         }
         /* Scores: 8-dim partial dots summed over the key's LPK lanes. */
         float sc[U][GM];
