@@ -75,6 +75,9 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
 static int pdl_on = 1;
 int cuda_pdl_enabled(void) { return pdl_on; }
 extern "C" void cuda_pdl_set(int on) { pdl_on = on != 0; }
+static int prefetch_on = 1;
+extern "C" int cuda_prefetch_enabled(void) { return prefetch_on; }
+extern "C" void cuda_prefetch_set(int on) { prefetch_on = on != 0; }
 
 /* Frees whatever a partly built context holds (init failure or ctx_free). */
 static void ctx_release(ops_ctx *ctx) {

@@ -59,6 +59,10 @@ int cuda_matmul_skinny_all(void);
 /* memory.cu: programmatic dependent launch of the decode-step kernels
  * (cuda_common.cuh); on by default, a benchmark turns it off to measure it */
 void cuda_pdl_set(int on);
+/* memory.cu: whether kernels act on ops_prefetch_hint (on by default; a
+ * benchmark turns it off to measure it) */
+void cuda_prefetch_set(int on);
+int cuda_prefetch_enabled(void);
 
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);

@@ -28,7 +28,13 @@
  * with ordinary launches, so one run shows what that gains; --no-pdl uses
  * ordinary launches throughout.
  *
- * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] */
+ * 5. the decode step's critical path at batch 1: the layers' kernels replayed
+ *    as one graph with each op left out in turn (what it adds to the step
+ *    once kernels overlap), and with weights hinted for prefetch into L2
+ *    during the attention (ops_prefetch_hint), in several amounts.
+ *
+ * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] [--chain]
+ * (--chain: section 5 alone) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,12 +84,20 @@ static gen_seq *random_seq(gen_engine *e, uint64_t seed, int len, int V) {
 
 /* ---- 3. launch overhead of one decode step --------------------------------------- */
 
-static void launch_probe(model *m, int B, int ctx_len, double *enqueue_ms, double *serial_ms, double *pipelined_ms) {
-    const int P = 16, pages_per = (ctx_len + 1 + P - 1) / P;
+/* One decode step at batch B over contexts of ctx_len tokens, set up for
+ * gen_forward_run: its cache, buffers and step description. */
+typedef struct {
     kv_cache kv;
-    must(kv_cache_create(&kv, m->ctx, &m->cfg, P, B * pages_per), "kv cache");
     gen_forward f;
-    gen_forward_init(&f, m, &kv, B, B);
+    gen_step st;
+    int32_t *d_i, *d_out;
+    sample_params *d_p;
+} decode_step;
+
+static void decode_step_init(decode_step *d, model *m, int B, int ctx_len) {
+    const int P = 16, pages_per = (ctx_len + 1 + P - 1) / P;
+    must(kv_cache_create(&d->kv, m->ctx, &m->cfg, P, B * pages_per), "kv cache");
+    gen_forward_init(&d->f, m, &d->kv, B, B);
     int32_t *tok = dk_malloc((size_t)B * 4), *pos = dk_malloc((size_t)B * 4), *slot = dk_malloc((size_t)B * 4);
     int32_t *cu = dk_malloc((size_t)(B + 1) * 4), *lens = dk_malloc((size_t)B * 4), *rows = dk_malloc((size_t)B * 4);
     int32_t *bt = dk_malloc((size_t)B * pages_per * 4);
@@ -104,9 +118,9 @@ static void launch_probe(model *m, int B, int ctx_len, double *enqueue_ms, doubl
     const int G = m->cfg.n_heads / m->cfg.n_kv_heads;
     int32_t *qkv_rows = dk_malloc((size_t)B * (G + 2) * 4);
     const int n_qkv = gen_forward_qkv_rows(&m->cfg, B, qkv_rows);
-    int32_t *d_i = ops_alloc(m->ctx, (size_t)(6 * B + 1 + B * pages_per + n_qkv) * 4);
-    sample_params *d_p = ops_alloc(m->ctx, (size_t)B * sizeof(sample_params));
-    int32_t *w = d_i;
+    d->d_i = ops_alloc(m->ctx, (size_t)(6 * B + 1 + B * pages_per + n_qkv) * 4);
+    d->d_p = ops_alloc(m->ctx, (size_t)B * sizeof(sample_params));
+    int32_t *w = d->d_i;
     ops_upload(m->ctx, w, tok, (size_t)B * 4), st.tokens = w, w += B;
     ops_upload(m->ctx, w, pos, (size_t)B * 4), st.pos = w, w += B;
     ops_upload(m->ctx, w, slot, (size_t)B * 4), st.slots = w, w += B;
@@ -115,34 +129,44 @@ static void launch_probe(model *m, int B, int ctx_len, double *enqueue_ms, doubl
     ops_upload(m->ctx, w, rows, (size_t)B * 4), st.rows = w, w += B;
     ops_upload(m->ctx, w, bt, (size_t)B * pages_per * 4), st.block_table = w, w += B * pages_per;
     if (n_qkv > 0) ops_upload(m->ctx, w, qkv_rows, (size_t)n_qkv * 4), st.qkv_rows = w;
-    ops_upload(m->ctx, d_p, prm, (size_t)B * sizeof(sample_params));
-    st.params = d_p;
-    int32_t *d_out = ops_alloc(m->ctx, (size_t)2 * B * 4);
-    st.out_tokens = d_out;
-    st.out_logprobs = (float *)(d_out + B);
+    ops_upload(m->ctx, d->d_p, prm, (size_t)B * sizeof(sample_params));
+    st.params = d->d_p;
+    d->d_out = ops_alloc(m->ctx, (size_t)2 * B * 4);
+    st.out_tokens = d->d_out;
+    st.out_logprobs = (float *)(d->d_out + B);
+    d->st = st;
     ops_sync(m->ctx);
-    for (int i = 0; i < 3; i++) gen_forward_run(&f, &st);
+    free(tok), free(pos), free(slot), free(cu), free(lens), free(rows), free(bt), free(prm), free(qkv_rows);
+}
+
+static void decode_step_free(decode_step *d, model *m) {
+    ops_free(m->ctx, d->d_i), ops_free(m->ctx, d->d_p), ops_free(m->ctx, d->d_out);
+    gen_forward_free(&d->f);
+    kv_cache_free(&d->kv);
+}
+
+static void launch_probe(model *m, int B, int ctx_len, double *enqueue_ms, double *serial_ms, double *pipelined_ms) {
+    decode_step d;
+    decode_step_init(&d, m, B, ctx_len);
+    for (int i = 0; i < 3; i++) gen_forward_run(&d.f, &d.st);
     ops_sync(m->ctx);
     const int N = 20;
     double enq = 0.0, ser = 0.0;
     for (int i = 0; i < N; i++) {
         double t0 = dk_now();
-        gen_forward_run(&f, &st);
+        gen_forward_run(&d.f, &d.st);
         double t1 = dk_now();
         ops_sync(m->ctx);
         double t2 = dk_now();
         enq += t1 - t0, ser += t2 - t0;
     }
     double t0 = dk_now();
-    for (int i = 0; i < N; i++) gen_forward_run(&f, &st);
+    for (int i = 0; i < N; i++) gen_forward_run(&d.f, &d.st);
     ops_sync(m->ctx);
     *pipelined_ms = (dk_now() - t0) / N * 1e3;
     *enqueue_ms = enq / N * 1e3;
     *serial_ms = ser / N * 1e3;
-    ops_free(m->ctx, d_i), ops_free(m->ctx, d_p), ops_free(m->ctx, d_out);
-    free(tok), free(pos), free(slot), free(cu), free(lens), free(rows), free(bt), free(prm), free(qkv_rows);
-    gen_forward_free(&f);
-    kv_cache_free(&kv);
+    decode_step_free(&d, m);
 }
 
 /* ---- per-op times of one decode step ----------------------------------------------- */
@@ -264,6 +288,114 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     kv_cache_free(&kv);
 }
 
+/* ---- 5. the decode step's critical path ------------------------------------------ */
+
+/* The layers of a decode step (gen_forward's path for few tokens), each op
+ * optionally left out, optionally with weights hinted for prefetch during
+ * the attention (ops_prefetch_hint): what an op adds to a step is the step
+ * time lost without it, which a per-op time taken alone does not show once
+ * kernels overlap (programmatic dependent launch). The numbers the ops then
+ * compute are not used. */
+enum { CH_QKV, CH_TO_CACHE, CH_ATTN, CH_O, CH_GATE_UP, CH_DOWN, CH_OPS };
+static const char *const ch_names[CH_OPS] = {"rmsnorm + q|k|v", "qkv_to_cache", "paged_attention",
+                                             "matmul o", "rmsnorm + gate|up + swiglu", "matmul down"};
+typedef struct {
+    model *m;
+    decode_step *d;
+    unsigned skip;   /* bit i: leave out op i */
+    double pf_o;     /* fractions of W_o, the tail of W_gate|up's halves, W_down to hint */
+    double pf_gu, pf_down;
+} chain;
+
+static void chain_run(void *user) {
+    chain *ch = user;
+    model *m = ch->m;
+    const model_config *c = &m->cfg;
+    ops_ctx *ctx = m->ctx;
+    gen_forward *f = &ch->d->f;
+    const gen_step *st = &ch->d->st;
+    const int T = st->T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim, Hq = c->n_heads;
+    const int Hkv = c->n_kv_heads, Q = Hq * D, KV = Hkv * D;
+    const float eps = c->rms_eps;
+    for (int l = 0; l < c->n_layers; l++) {
+#define W(t) param_layer_ptr(&m->params, &m->layout, l, t)
+        const size_t A = 2, wo = (size_t)C * Q * A, gu = (size_t)2 * I * C * A, wd = (size_t)C * I * A;
+        if (!(ch->skip & 1u << CH_QKV))
+            ops_rmsnorm_matmul(ctx, f->qkv, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
+        if (!(ch->skip & 1u << CH_TO_CACHE))
+            ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], f->qkv, W(P_Q_NORM), W(P_K_NORM), st->pos,
+                             st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
+        if (ch->pf_o > 0.0) ops_prefetch_hint(ctx, W(P_WO), (size_t)(wo * ch->pf_o));
+        if (ch->pf_gu > 0.0) { /* the last columns of gate and of up: the gemv's last blocks */
+            const size_t half = gu / 2, n = (size_t)(half * ch->pf_gu);
+            ops_prefetch_hint(ctx, (char *)W(P_W_GATE_UP) + half - n, n);
+            ops_prefetch_hint(ctx, (char *)W(P_W_GATE_UP) + gu - n, n);
+        }
+        if (ch->pf_down > 0.0) ops_prefetch_hint(ctx, W(P_W_DOWN), (size_t)(wd * ch->pf_down));
+        if (!(ch->skip & 1u << CH_ATTN))
+            ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
+                                st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size,
+                                1.0f / sqrtf((float)D));
+        ctx->n_hints = 0; /* not taken when the attention is left out */
+        if (!(ch->skip & 1u << CH_O)) ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
+        if (!(ch->skip & 1u << CH_GATE_UP))
+            ops_rmsnorm_matmul_swiglu(ctx, f->h, f->gu, f->ln, f->x, W(P_MLP_NORM), W(P_W_GATE_UP), T, I, C, eps);
+        if (!(ch->skip & 1u << CH_DOWN)) ops_matmul(ctx, f->x, 0, f->h, W(P_W_DOWN), T, C, I, 0, 1, 1.0f, 1.0f);
+#undef W
+    }
+}
+
+/* The chain's time per step (ms), replayed as one CUDA graph. */
+static double chain_time(chain *ch) {
+    ops_ctx *ctx = ch->m->ctx;
+    ops_graph *g = ops_graph_capture(ctx, chain_run, ch);
+    if (!g) DK_ABORT("bench_generate: graph capture failed: %s", dk_error());
+    for (int i = 0; i < 3; i++) ops_graph_launch(ctx, g);
+    ops_sync(ctx);
+    const int N = 30;
+    double t0 = dk_now();
+    for (int i = 0; i < N; i++) ops_graph_launch(ctx, g);
+    ops_sync(ctx);
+    double ms = (dk_now() - t0) / N * 1e3;
+    ops_graph_free(ctx, g);
+    return ms;
+}
+
+static void chain_table(model *m, int B, int ctx_len) {
+    decode_step d;
+    decode_step_init(&d, m, B, ctx_len);
+    /* Real activations: one step's forward fills x; the chain then runs on
+     * its (unchanging) contents. */
+    gen_forward_run(&d.f, &d.st);
+    chain ch = {.m = m, .d = &d};
+    const double all = chain_time(&ch);
+    printf("  %d layers, every op: %.3f ms (%.1f us a layer)\n", m->cfg.n_layers, all, all / m->cfg.n_layers * 1e3);
+    printf("  %-30s %9s %12s\n", "left out", "ms", "us a layer");
+    for (int i = 0; i < CH_OPS; i++) {
+        ch.skip = 1u << i;
+        const double t = chain_time(&ch);
+        printf("  %-30s %9.3f %12.1f\n", ch_names[i], t, (all - t) / m->cfg.n_layers * 1e3);
+    }
+    ch.skip = 1u << CH_TO_CACHE | 1u << CH_ATTN;
+    {
+        const double t = chain_time(&ch);
+        printf("  %-30s %9.3f %12.1f\n", "qkv_to_cache + attention", t, (all - t) / m->cfg.n_layers * 1e3);
+    }
+    ch.skip = 0;
+    static const double plans[][3] = {{1, 0, 0},    {1, 0.25, 0}, {1, 0.5, 0},  {1, 0.75, 0}, {1, 1, 0},
+                                      {0, 0.5, 0}, {1, 0, 1},    {1, 0.25, 1}, {0, 0, 1}};
+    printf("  %-30s %9s %12s\n", "prefetched during attention", "ms", "us a layer");
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+        ch.pf_o = plans[i][0], ch.pf_gu = plans[i][1], ch.pf_down = plans[i][2];
+        const double t = chain_time(&ch);
+        char name[64];
+        snprintf(name, sizeof name, "o %.0f%%, gate|up %.0f%%, down %.0f%%", 100 * ch.pf_o, 100 * ch.pf_gu,
+                 100 * ch.pf_down);
+        printf("  %-30s %9.3f %12.1f\n", name, t, (all - t) / m->cfg.n_layers * 1e3);
+    }
+    decode_step_free(&d, m);
+}
+
 /* ---- 1 and 2: the engine's throughput and latency ---------------------------------- */
 
 /* Sections 1 and 2 on engine e; tag names the launch mode in the headers. */
@@ -339,16 +471,17 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, bw = 4.27e12;
-    int quick = 0, graphs = 1, pdl = 1;
+    int quick = 0, graphs = 1, pdl = 1, chain_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
         else if (!strcmp(argv[i], "--no-pdl")) pdl = 0;
+        else if (!strcmp(argv[i], "--chain")) chain_only = 1;
         else {
             fprintf(stderr,
-                    "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl]\n");
+                    "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] [--chain]\n");
             return 2;
         }
     }
@@ -371,6 +504,13 @@ int main(int argc, char **argv) {
            dk_now() - t0);
     const double W = weight_bytes(&m), KVT = kv_token_bytes(c);
     const int V = c->vocab_size;
+    if (chain_only) {
+        printf("\n[the decode step's critical path, batch 1, context 1024]\n");
+        chain_table(&m, 1, 1024);
+        model_free(&m);
+        ops_ctx_free(&ctx);
+        return 0;
+    }
 
     gen_config gc = {.page_size = 16, .cache_bytes = (size_t)24 << 30, .max_batch = 64, .max_step_tokens = 8192,
                      .max_context = 2048, .cuda_graphs = graphs};
@@ -460,6 +600,10 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < B; i++) gen_seq_free(e, s[i]);
     }
+
+    /* 5. the decode step's critical path. */
+    printf("\n[the decode step's critical path, batch 1, context 1024]\n");
+    chain_table(&m, 1, 1024);
     gen_free(e);
     model_free(&m);
     ops_ctx_free(&ctx);
