@@ -78,6 +78,9 @@ extern "C" void cuda_pdl_set(int on) { pdl_on = on != 0; }
 static int prefetch_on = 1;
 extern "C" int cuda_prefetch_enabled(void) { return prefetch_on; }
 extern "C" void cuda_prefetch_set(int on) { prefetch_on = on != 0; }
+static int gemv_stream_on = 1;
+extern "C" int cuda_gemv_stream_enabled(void) { return gemv_stream_on; }
+extern "C" void cuda_gemv_stream_set(int on) { gemv_stream_on = on != 0; }
 
 /* Frees whatever a partly built context holds (init failure or ctx_free). */
 static void ctx_release(ops_ctx *ctx) {

@@ -63,6 +63,10 @@ void cuda_pdl_set(int on);
  * benchmark turns it off to measure it) */
 void cuda_prefetch_set(int on);
 int cuda_prefetch_enabled(void);
+/* memory.cu: whether one- and two-row products take the streaming kernel
+ * (gemv_stream.cuh; on by default, a benchmark compares) */
+void cuda_gemv_stream_set(int on);
+int cuda_gemv_stream_enabled(void);
 
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);

@@ -24,6 +24,7 @@
  * A programmatic dependent launch (cuda_common.cuh) in few-row steps. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda_infer.h"
+#include "kernels/bulk_common.cuh"
 #include "kernels/paged_common.cuh"
 
 #define PD_WARPS 4
@@ -92,7 +93,7 @@ __device__ __forceinline__ void pd_prefetch(const pa_args &a) {
         for (; j < n; j += nthreads) {
             const unsigned long long off = j * PD_PF_PIECE, left = a.pf_bytes[i] - off;
             const unsigned size = (unsigned)(left < PD_PF_PIECE ? left : PD_PF_PIECE);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.pf_ptr[i] + off), "r"(size) : "memory");
+            bulk_prefetch_l2(a.pf_ptr[i] + off, size);
         }
         first += n;
     }

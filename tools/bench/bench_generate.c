@@ -370,6 +370,11 @@ static void chain_table(model *m, int B, int ctx_len) {
     chain ch = {.m = m, .d = &d};
     const double all = chain_time(&ch);
     printf("  %d layers, every op: %.3f ms (%.1f us a layer)\n", m->cfg.n_layers, all, all / m->cfg.n_layers * 1e3);
+    cuda_gemv_stream_set(0);
+    const double regs = chain_time(&ch);
+    cuda_gemv_stream_set(1);
+    printf("  the same with the register-streaming gemv (gemv_rows) for one row: %.3f ms (%.1f us a layer)\n", regs,
+           regs / m->cfg.n_layers * 1e3);
     printf("  %-30s %9s %12s\n", "left out", "ms", "us a layer");
     for (int i = 0; i < CH_OPS; i++) {
         ch.skip = 1u << i;
