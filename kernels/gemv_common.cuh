@@ -219,9 +219,10 @@ template <int PRO, int NR, bool F32OUT>
 static void gemv_launch_rows(const ops_ctx *ctx, const gemv_args &p, int M) {
     static_assert(NR == 1 || !F32OUT, "the SwiGLU output is bf16");
     cudaStream_t st = ctx_stream(ctx);
-    if (cuda_gemv_stream_enabled() && gemv_stream_fits(M, p.K)) {
-        if (M == 1) gemv_stream_launch<1, PRO, NR, F32OUT>(ctx, st, p);
-        else gemv_stream_launch<2, PRO, NR, F32OUT>(ctx, st, p);
+    const int S = cuda_gemv_stream_stages();
+    if (S > 0 && gemv_stream_fits(M, p.K)) {
+        if (M == 1) gemv_stream_launch<1, PRO, NR, F32OUT>(ctx, st, p, S);
+        else gemv_stream_launch<2, PRO, NR, F32OUT>(ctx, st, p, S);
         CUDA_LAUNCH_CHECK();
         return;
     }

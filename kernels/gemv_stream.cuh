@@ -7,9 +7,9 @@
  * start its own loads until the last of those CTAs has left the SM. Here
  * one CTA per SM streams its share of W's rows through a ring of 4 KB
  * shared-memory stages filled by bulk copies (TMA): each warp owns
- * GS_STAGES stages, its lane 0 starts the copies, the warp waits on the
+ * S stages, its lane 0 starts the copies, the warp waits on the
  * stage's mbarrier, computes, and refills the stage with its next chunk.
- * The first GS_STAGES chunks of every warp are in flight before the wait
+ * The first S chunks of every warp are in flight before the wait
  * for the kernel before (weights are no kernel's output), and the CTA
  * leaves room on the SM for the next kernel's CTA, which does the same: the
  * weight stream runs across kernel boundaries.
@@ -29,30 +29,31 @@
 
 #define GS_MAX_M 2
 #define GS_WARPS 8
-#define GS_STAGES 2
+#define GS_MAX_STAGES 6
 #define GS_CHUNK 2048 /* elements of a stage: 4 KB */
 
-/* Dynamic shared memory: the ring, the staged input rows, the barriers. */
-static inline size_t gemv_stream_smem(int M, int K) {
-    return (size_t)GS_WARPS * GS_STAGES * GS_CHUNK * 2 + (size_t)M * K * 2 + GS_WARPS * GS_STAGES * 8 + 16 * 8;
+/* Dynamic shared memory: the ring of S stages a warp, the staged input
+ * rows, the barriers and the sums of squares. */
+static inline size_t gemv_stream_smem(int M, int K, int S) {
+    return (size_t)GS_WARPS * S * GS_CHUNK * 2 + (size_t)M * K * 2 + GS_WARPS * S * 8 + GS_WARPS * GS_MAX_M * 4;
 }
 
 template <int M, int PRO, int NR, bool F32OUT>
-__global__ void __launch_bounds__(GS_WARPS * 32, 1) gemv_stream(gemv_args p) {
+__global__ void __launch_bounds__(GS_WARPS * 32, 1) gemv_stream(gemv_args p, int S) {
     extern __shared__ __align__(128) unsigned char gs_smem[];
     bf16 *ring = (bf16 *)gs_smem;
-    bf16 *xs = ring + GS_WARPS * GS_STAGES * GS_CHUNK;
+    bf16 *xs = ring + GS_WARPS * S * GS_CHUNK;
     const int K = p.K, N = p.N;
     uint64_t *bars = (uint64_t *)(xs + (size_t)M * K);
-    float *red = (float *)(bars + GS_WARPS * GS_STAGES); /* [GS_WARPS][M] partial sums of squares */
+    float *red = (float *)(bars + GS_WARPS * S); /* [GS_WARPS][M] partial sums of squares */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int nch = (K + GS_CHUNK - 1) / GS_CHUNK; /* chunks of a row */
     /* This CTA's columns [n0, n1); warp w takes n0 + w, n0 + w + GS_WARPS, ... */
     const int n0 = (int)((long)blockIdx.x * N / gridDim.x), n1 = (int)((long)(blockIdx.x + 1) * N / gridDim.x);
     const int ncols = n1 - n0 > warp ? (n1 - n0 - warp + GS_WARPS - 1) / GS_WARPS : 0;
     const int units = ncols * NR * nch; /* chunks this warp streams, column by column */
-    bf16 *my_ring = ring + warp * GS_STAGES * GS_CHUNK;
-    const uint32_t my_bar = smem_addr(bars + warp * GS_STAGES);
+    bf16 *my_ring = ring + warp * S * GS_CHUNK;
+    const uint32_t my_bar = smem_addr(bars + warp * S);
     const uint64_t pol = l2_evict_first_policy();
 
     /* Unit u of this warp: chunk c of row r of its column j. */
@@ -60,15 +61,15 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 1) gemv_stream(gemv_args p) {
         const int c = u % nch, r = (u / nch) % NR, j = u / (nch * NR);
         const int n = n0 + warp + j * GS_WARPS;
         const int len = min(GS_CHUNK, K - c * GS_CHUNK);
-        const uint32_t bar = my_bar + (u % GS_STAGES) * 8;
+        const uint32_t bar = my_bar + (u % S) * 8;
         mbar_expect(bar, (uint32_t)len * 2);
-        bulk_load(smem_addr(my_ring + (u % GS_STAGES) * GS_CHUNK),
+        bulk_load(smem_addr(my_ring + (u % S) * GS_CHUNK),
                   p.w + ((size_t)n + (size_t)r * N) * K + (size_t)c * GS_CHUNK, (uint32_t)len * 2, bar, pol);
     };
     if (lane == 0) {
-        for (int s = 0; s < GS_STAGES; s++) mbar_init(my_bar + s * 8, 1);
+        for (int s = 0; s < S; s++) mbar_init(my_bar + s * 8, 1);
         mbar_init_fence();
-        for (int u = 0; u < GS_STAGES && u < units; u++) issue(u);
+        for (int u = 0; u < S && u < units; u++) issue(u);
     }
     /* The norm weights are no kernel's output either. */
     const int pieces = K / 8; /* 16-byte pieces of an input row */
@@ -142,8 +143,8 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 1) gemv_stream(gemv_args p) {
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             for (int c = 0; c < nch; c++, u++) {
-                const int s = u % GS_STAGES;
-                mbar_wait(my_bar + s * 8, (u / GS_STAGES) & 1);
+                const int s = u % S;
+                mbar_wait(my_bar + s * 8, (u / S) & 1);
                 const uint4 *wq = (const uint4 *)(my_ring + s * GS_CHUNK);
                 const int cp = min(GS_CHUNK, K - c * GS_CHUNK) / 8; /* pieces in this chunk */
 #pragma unroll 4
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 1) gemv_stream(gemv_args p) {
                     }
                 }
                 __syncwarp(); /* every lane is done with the stage before it is refilled */
-                if (lane == 0 && u + GS_STAGES < units) issue(u + GS_STAGES);
+                if (lane == 0 && u + S < units) issue(u + S);
             }
         }
         const int n = n0 + warp + j * GS_WARPS;
@@ -201,12 +202,14 @@ __global__ void __launch_bounds__(GS_WARPS * 32, 1) gemv_stream(gemv_args p) {
  * CTAs on an SM. */
 static inline bool gemv_stream_fits(int M, int K) { return M >= 1 && M <= GS_MAX_M && K <= 4 * 8 * GS_WARPS * 32; }
 
+/* S stages a warp (cuda_gemv_stream_stages). */
 template <int M, int PRO, int NR, bool F32OUT>
-static void gemv_stream_launch(const ops_ctx *ctx, cudaStream_t st, const gemv_args &p) {
-    const size_t smem = gemv_stream_smem(M, p.K);
+static void gemv_stream_launch(const ops_ctx *ctx, cudaStream_t st, const gemv_args &p, int S) {
+    const size_t smem = gemv_stream_smem(M, p.K, S);
     auto kernel = gemv_stream<M, PRO, NR, F32OUT>;
     (void)cuda_kernel_per_sm(ctx, (const void *)kernel, GS_WARPS * 32, smem); /* raises the kernel's smem limit */
-    cuda_launch_pdl(st, cuda_pdl_rows(M), kernel, dim3((unsigned)cuda_sm_count(ctx)), dim3(GS_WARPS * 32), smem, p);
+    cuda_launch_pdl(st, cuda_pdl_rows(M), kernel, dim3((unsigned)cuda_sm_count(ctx)), dim3(GS_WARPS * 32), smem, p,
+                    S);
 }
 
 #endif

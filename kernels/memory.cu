@@ -59,7 +59,12 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
             pthread_mutex_unlock(&occ_lock);
             return n;
         }
-    if (smem > 0) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* The kernel's limit only grows: a launch with a size asked before
+     * must still fit after a smaller one is asked. */
+    size_t limit = smem;
+    for (int i = 0; i < n_occ; i++)
+        if (occ[i].kernel == kernel && occ[i].dev == ctx->gpu && occ[i].smem > limit) limit = occ[i].smem;
+    if (limit > 0) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit));
     int n = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem));
     if (n < 1) n = 1;
@@ -75,12 +80,11 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
 static int pdl_on = 1;
 int cuda_pdl_enabled(void) { return pdl_on; }
 extern "C" void cuda_pdl_set(int on) { pdl_on = on != 0; }
-static int prefetch_on = 1;
-extern "C" int cuda_prefetch_enabled(void) { return prefetch_on; }
-extern "C" void cuda_prefetch_set(int on) { prefetch_on = on != 0; }
-static int gemv_stream_on = 1;
-extern "C" int cuda_gemv_stream_enabled(void) { return gemv_stream_on; }
-extern "C" void cuda_gemv_stream_set(int on) { gemv_stream_on = on != 0; }
+static int gemv_stream_stages = 3;
+extern "C" int cuda_gemv_stream_stages(void) { return gemv_stream_stages; }
+extern "C" void cuda_gemv_stream_set(int stages) {
+    gemv_stream_stages = stages <= 0 ? 0 : stages < 2 ? 2 : stages > 6 ? 6 : stages;
+}
 
 /* Frees whatever a partly built context holds (init failure or ctx_free). */
 static void ctx_release(ops_ctx *ctx) {

@@ -105,11 +105,7 @@ ops_graph *ops_graph_capture(ops_ctx *ctx, void (*fn)(void *), void *user) {
 void ops_graph_launch(ops_ctx *ctx, ops_graph *g) { DISPATCH(graph_launch, ctx, g); }
 void ops_graph_free(ops_ctx *ctx, ops_graph *g) { DISPATCH(graph_free, g); }
 void ops_sync(ops_ctx *ctx) { DISPATCH(sync, ctx); }
-void ops_prefetch_hint(ops_ctx *ctx, const void *p, size_t bytes) {
-    if (!on_cuda(ctx, "ops_prefetch_hint") || !p || !bytes || ctx->n_hints >= OPS_MAX_HINTS) return;
-    ctx->hint_ptr[ctx->n_hints] = p;
-    ctx->hint_bytes[ctx->n_hints++] = bytes;
-}
+
 
 void ops_upload(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {
     DISPATCH(upload, ctx, dst, src_host, bytes);

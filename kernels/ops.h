@@ -38,12 +38,7 @@ typedef struct ops_ctx {
     int *counters;        /* CUDA: zeroed arrival counters for kernels whose last
                              CTA finishes the work (each resets what it used) */
     int n_counters;
-    /* ops_prefetch_hint's pending byte ranges (OPS_MAX_HINTS at most). */
-    const void *hint_ptr[4];
-    size_t hint_bytes[4];
-    int n_hints;
 } ops_ctx;
-#define OPS_MAX_HINTS 4
 
 /* ---- context and memory --------------------------------------------------- */
 
@@ -75,14 +70,6 @@ typedef struct ops_graph ops_graph;
 ops_graph *ops_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);
 void ops_graph_launch(ops_ctx *ctx, ops_graph *g);
 void ops_graph_free(ops_ctx *ctx, ops_graph *g);
-/* A hint, not an op: the bytes at p (weights no op writes, such as a later
- * layer's) will be read soon. The CUDA backend starts reading them into L2
- * from inside the next decode attention (ops_paged_attention with few query
- * rows per sequence), whose chain of dependent loads leaves the memory
- * system idle, so a product after it finds its weights in cache. The hints
- * pending then are used and cleared; past OPS_MAX_HINTS pending, or on the
- * CPU backend, a hint is dropped. Results never depend on hints. */
-void ops_prefetch_hint(ops_ctx *ctx, const void *p, size_t bytes);
 /* Device-side casts between fp32 and act. */
 void ops_cast_f32_to_act(ops_ctx *ctx, void *dst, const float *src, size_t n);
 void ops_cast_act_to_f32(ops_ctx *ctx, float *dst, const void *src, size_t n);

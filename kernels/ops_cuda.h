@@ -59,14 +59,11 @@ int cuda_matmul_skinny_all(void);
 /* memory.cu: programmatic dependent launch of the decode-step kernels
  * (cuda_common.cuh); on by default, a benchmark turns it off to measure it */
 void cuda_pdl_set(int on);
-/* memory.cu: whether kernels act on ops_prefetch_hint (on by default; a
- * benchmark turns it off to measure it) */
-void cuda_prefetch_set(int on);
-int cuda_prefetch_enabled(void);
-/* memory.cu: whether one- and two-row products take the streaming kernel
- * (gemv_stream.cuh; on by default, a benchmark compares) */
-void cuda_gemv_stream_set(int on);
-int cuda_gemv_stream_enabled(void);
+/* memory.cu: the stages a warp of the streaming one- and two-row product
+ * kernel keeps in flight (gemv_stream.cuh), 2..6; 0: gemv_rows serves
+ * those rows too (a benchmark compares) */
+void cuda_gemv_stream_set(int stages);
+int cuda_gemv_stream_stages(void);
 
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);

@@ -589,18 +589,6 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         a.part_lse = scr + (size_t)nsplit * T * Hq * D;
     }
 
-    /* Pending prefetch hints ride on the decode kernel (ops.h), shrunk to
-     * whole 16-byte units; any other kernel drops them. */
-    a.n_pf = 0;
-    for (int i = 0; i < ctx->n_hints; i++) {
-        const uintptr_t lo = ((uintptr_t)ctx->hint_ptr[i] + 15) & ~(uintptr_t)15;
-        const uintptr_t hi = ((uintptr_t)ctx->hint_ptr[i] + ctx->hint_bytes[i]) & ~(uintptr_t)15;
-        if (kind == PA_KERNEL_DECODE && cuda_prefetch_enabled() && hi > lo && a.n_pf < 4) {
-            a.pf_ptr[a.n_pf] = (const char *)lo;
-            a.pf_bytes[a.n_pf++] = hi - lo;
-        }
-    }
-    ctx->n_hints = 0;
 
     if (kind == PA_KERNEL_DECODE) {
         cuda_paged_decode_launch(ctx, &a);

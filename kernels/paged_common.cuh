@@ -16,11 +16,6 @@ struct pa_args {
                                  last split CTA merges (NULL: the merge kernel does) */
     int max_pages, n_seqs, T, Hq, Hkv, G, D, page_size, chunk, nsplit;
     float scale_log2; /* scale * log2(e) */
-    /* ops_prefetch_hint ranges the decode kernel reads into L2 on the way
-     * (16-byte aligned, multiples of 16 bytes; n_pf = 0: none). */
-    const char *pf_ptr[4];
-    unsigned long long pf_bytes[4];
-    int n_pf;
 };
 
 /* The sequence holding token t (cu_q[s] <= t < cu_q[s + 1]); n_seqs for a

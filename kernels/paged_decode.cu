@@ -24,7 +24,6 @@
  * A programmatic dependent launch (cuda_common.cuh) in few-row steps. */
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda_infer.h"
-#include "kernels/bulk_common.cuh"
 #include "kernels/paged_common.cuh"
 
 #define PD_WARPS 4
@@ -74,31 +73,6 @@ __device__ void pd_merge_last(const pa_args &a, int t, int g, int row_end) {
     }
 }
 
-/* ops_prefetch_hint's ranges, read into L2 while this kernel's chain of
- * dependent loads leaves the memory system idle: PD_PF_PIECE-byte pieces
- * dealt to the grid's threads in turn, CTA-major so that every SM's bulk
- * copy unit takes a share, each piece one fire-and-forget bulk prefetch. */
-#define PD_PF_PIECE (32u << 10)
-__device__ __forceinline__ void pd_prefetch(const pa_args &a) {
-    const unsigned long long nthreads = (unsigned long long)gridDim.x * gridDim.y * PD_THREADS;
-    const unsigned long long me =
-        (unsigned long long)threadIdx.x * gridDim.x * gridDim.y + (unsigned long long)blockIdx.y * gridDim.x + blockIdx.x;
-    unsigned long long first = 0; /* the global index of range i's first piece */
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if (i >= a.n_pf) break;
-        const unsigned long long n = (a.pf_bytes[i] + PD_PF_PIECE - 1) / PD_PF_PIECE;
-        /* this thread's pieces of range i: global indices me, me + nthreads, ... */
-        unsigned long long j = me >= first ? me - first : (nthreads - (first - me) % nthreads) % nthreads;
-        for (; j < n; j += nthreads) {
-            const unsigned long long off = j * PD_PF_PIECE, left = a.pf_bytes[i] - off;
-            const unsigned size = (unsigned)(left < PD_PF_PIECE ? left : PD_PF_PIECE);
-            bulk_prefetch_l2(a.pf_ptr[i] + off, size);
-        }
-        first += n;
-    }
-}
-
 template <int D, int GM>
 __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     constexpr int LPK = D / 8;              /* lanes per key row */
@@ -119,7 +93,6 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
      * chain of dependent loads. */
     const int s = pa_seq_of(a, t);
     if (s >= a.n_seqs) { /* padding token: zero (split runs without counters leave it to the merge) */
-        pd_prefetch(a);
         pdl_wait();
         pdl_launch_dependents();
         if (a.nsplit == 1 || (a.counters && split == 0))
@@ -131,7 +104,6 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     const int row_end = a.ctx_lens[s] - nq + i + 1;
     const int k_begin = split * a.chunk, k_end = min(k_begin + a.chunk, row_end);
     if (k_begin >= k_end) { /* the merge reads only the splits that hold keys */
-        pd_prefetch(a);
         pdl_wait();
         pdl_launch_dependents();
         if (a.counters) pd_merge_last<D>(a, t, g, row_end);
@@ -167,7 +139,6 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     const int k_first = k_begin + warp * KPS;
     clear_rows(k_first);
     load_rows(k_first, 0, fresh);
-    pd_prefetch(a); /* after this CTA's own loads, which it waits on */
     pdl_wait(); /* q and the new tokens' K/V are the kernel before's output */
     pdl_launch_dependents();
     load_rows(k_first, fresh, k_end);

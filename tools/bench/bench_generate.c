@@ -30,8 +30,8 @@
  *
  * 5. the decode step's critical path at batch 1: the layers' kernels replayed
  *    as one graph with each op left out in turn (what it adds to the step
- *    once kernels overlap), and with weights hinted for prefetch into L2
- *    during the attention (ops_prefetch_hint), in several amounts.
+ *    once kernels overlap), and with each kernel choice for the one-row
+ *    products.
  *
  * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] [--chain]
  * (--chain: section 5 alone) */
@@ -291,8 +291,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
 /* ---- 5. the decode step's critical path ------------------------------------------ */
 
 /* The layers of a decode step (gen_forward's path for few tokens), each op
- * optionally left out, optionally with weights hinted for prefetch during
- * the attention (ops_prefetch_hint): what an op adds to a step is the step
+ * optionally left out: what an op adds to a step is the step
  * time lost without it, which a per-op time taken alone does not show once
  * kernels overlap (programmatic dependent launch). The numbers the ops then
  * compute are not used. */
@@ -302,9 +301,7 @@ static const char *const ch_names[CH_OPS] = {"rmsnorm + q|k|v", "qkv_to_cache", 
 typedef struct {
     model *m;
     decode_step *d;
-    unsigned skip;   /* bit i: leave out op i */
-    double pf_o;     /* fractions of W_o, the tail of W_gate|up's halves, W_down to hint */
-    double pf_gu, pf_down;
+    unsigned skip; /* bit i: leave out op i */
 } chain;
 
 static void chain_run(void *user) {
@@ -319,24 +316,15 @@ static void chain_run(void *user) {
     const float eps = c->rms_eps;
     for (int l = 0; l < c->n_layers; l++) {
 #define W(t) param_layer_ptr(&m->params, &m->layout, l, t)
-        const size_t A = 2, wo = (size_t)C * Q * A, gu = (size_t)2 * I * C * A, wd = (size_t)C * I * A;
         if (!(ch->skip & 1u << CH_QKV))
             ops_rmsnorm_matmul(ctx, f->qkv, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
         if (!(ch->skip & 1u << CH_TO_CACHE))
             ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], f->qkv, W(P_Q_NORM), W(P_K_NORM), st->pos,
                              st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
-        if (ch->pf_o > 0.0) ops_prefetch_hint(ctx, W(P_WO), (size_t)(wo * ch->pf_o));
-        if (ch->pf_gu > 0.0) { /* the last columns of gate and of up: the gemv's last blocks */
-            const size_t half = gu / 2, n = (size_t)(half * ch->pf_gu);
-            ops_prefetch_hint(ctx, (char *)W(P_W_GATE_UP) + half - n, n);
-            ops_prefetch_hint(ctx, (char *)W(P_W_GATE_UP) + gu - n, n);
-        }
-        if (ch->pf_down > 0.0) ops_prefetch_hint(ctx, W(P_W_DOWN), (size_t)(wd * ch->pf_down));
         if (!(ch->skip & 1u << CH_ATTN))
             ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
                                 st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size,
                                 1.0f / sqrtf((float)D));
-        ctx->n_hints = 0; /* not taken when the attention is left out */
         if (!(ch->skip & 1u << CH_O)) ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
         if (!(ch->skip & 1u << CH_GATE_UP))
             ops_rmsnorm_matmul_swiglu(ctx, f->h, f->gu, f->ln, f->x, W(P_MLP_NORM), W(P_W_GATE_UP), T, I, C, eps);
@@ -370,11 +358,17 @@ static void chain_table(model *m, int B, int ctx_len) {
     chain ch = {.m = m, .d = &d};
     const double all = chain_time(&ch);
     printf("  %d layers, every op: %.3f ms (%.1f us a layer)\n", m->cfg.n_layers, all, all / m->cfg.n_layers * 1e3);
-    cuda_gemv_stream_set(0);
-    const double regs = chain_time(&ch);
-    cuda_gemv_stream_set(1);
-    printf("  the same with the register-streaming gemv (gemv_rows) for one row: %.3f ms (%.1f us a layer)\n", regs,
-           regs / m->cfg.n_layers * 1e3);
+    const int stages0 = cuda_gemv_stream_stages();
+    for (int s = 0; s <= 4; s++) {
+        if (s == 1) continue;
+        cuda_gemv_stream_set(s);
+        const double t = chain_time(&ch);
+        char what[64];
+        if (s) snprintf(what, sizeof what, "%d stages a warp in gemv_stream", s);
+        else snprintf(what, sizeof what, "gemv_rows for one row");
+        printf("  the same with %s: %.3f ms (%.1f us a layer)\n", what, t, t / m->cfg.n_layers * 1e3);
+    }
+    cuda_gemv_stream_set(stages0);
     printf("  %-30s %9s %12s\n", "left out", "ms", "us a layer");
     for (int i = 0; i < CH_OPS; i++) {
         ch.skip = 1u << i;
@@ -387,17 +381,6 @@ static void chain_table(model *m, int B, int ctx_len) {
         printf("  %-30s %9.3f %12.1f\n", "qkv_to_cache + attention", t, (all - t) / m->cfg.n_layers * 1e3);
     }
     ch.skip = 0;
-    static const double plans[][3] = {{1, 0, 0},    {1, 0.25, 0}, {1, 0.5, 0},  {1, 0.75, 0}, {1, 1, 0},
-                                      {0, 0.5, 0}, {1, 0, 1},    {1, 0.25, 1}, {0, 0, 1}};
-    printf("  %-30s %9s %12s\n", "prefetched during attention", "ms", "us a layer");
-    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
-        ch.pf_o = plans[i][0], ch.pf_gu = plans[i][1], ch.pf_down = plans[i][2];
-        const double t = chain_time(&ch);
-        char name[64];
-        snprintf(name, sizeof name, "o %.0f%%, gate|up %.0f%%, down %.0f%%", 100 * ch.pf_o, 100 * ch.pf_gu,
-                 100 * ch.pf_down);
-        printf("  %-30s %9.3f %12.1f\n", name, t, (all - t) / m->cfg.n_layers * 1e3);
-    }
     decode_step_free(&d, m);
 }
 
