@@ -15,9 +15,6 @@
 /* Elements converted per staging round trip of an act upload / download. */
 #define CUDA_STAGE_ELEMS ((size_t)1 << 22)
 #define CUDA_MAX_DEVICES 64
-/* Arrival counters per context (ops_ctx.counters): one per (token, KV head)
- * of a split decode attention, so 65,536 cover 8,192 tokens of 8 heads. */
-#define CUDA_COUNTERS 65536
 
 static int sm_counts[CUDA_MAX_DEVICES];
 static int live_contexts; /* contexts made and not yet freed */
@@ -91,7 +88,6 @@ static void ctx_release(ops_ctx *ctx) {
     if (ctx->blaslt) cublasLtDestroy((cublasLtHandle_t)ctx->blaslt);
     if (ctx->blaslt_ws) cudaFree(ctx->blaslt_ws);
     if (ctx->scratch) cudaFree(ctx->scratch);
-    if (ctx->counters) cudaFree(ctx->counters);
     if (ctx->stream) cudaStreamDestroy((cudaStream_t)ctx->stream);
     memset(ctx, 0, sizeof *ctx);
 }
@@ -125,11 +121,6 @@ extern "C" dk_status cuda_ctx_init(ops_ctx *ctx, dk_device device, int gpu, size
     ctx->scratch_size = scratch;
     what = "cudaMemset (ops scratch)";
     if ((e = cudaMemset(ctx->scratch, 0, scratch)) != cudaSuccess) goto fail;
-    what = "cudaMalloc (arrival counters)";
-    if ((e = cudaMalloc((void **)&ctx->counters, CUDA_COUNTERS * sizeof(int))) != cudaSuccess) goto fail;
-    ctx->n_counters = CUDA_COUNTERS;
-    what = "cudaMemset (arrival counters)";
-    if ((e = cudaMemset(ctx->counters, 0, CUDA_COUNTERS * sizeof(int))) != cudaSuccess) goto fail;
     if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) {
         ctx_release(ctx);
         return dk_fail(DK_ERR_RUNTIME, "device cuda (gpu %d): cublasLtCreate failed", gpu);

@@ -28,6 +28,8 @@
  * live in device memory; the host only sizes the grid from T, n_seqs and the
  * block-table width. Head dims other than 32, 64, 128 and 256 take a plain
  * fp32 kernel (one warp per query row, online softmax). */
+#include <string.h>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/mma_common.cuh"
 #include "kernels/ops_cuda_infer.h"
@@ -516,22 +518,12 @@ static int choose_splits(long units, int slots, int max_ctx, int max_split) {
     return best;
 }
 
-extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
-                                     const int32_t *block_table, int max_pages, const int32_t *ctx_lens,
-                                     const int32_t *cu_q, int n_seqs, int T, int Hq, int Hkv, int D, int page_size,
-                                     float scale) {
-    if (n_seqs < 0 || T < 0 || Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0 || D <= 0 || D > 256 || page_size <= 0 ||
-        max_pages <= 0)
-        DK_ABORT("ops_paged_attention: bad shape n_seqs=%d T=%d Hq=%d Hkv=%d D=%d page_size=%d max_pages=%d "
-                 "(CUDA: D <= 256)",
-                 n_seqs, T, Hq, Hkv, D, page_size, max_pages);
-    if (T == 0) return;
-    cudaStream_t st = ctx_stream(ctx);
-    if (n_seqs == 0) {
-        CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)T * Hq * D * sizeof(bf16), st));
-        return;
-    }
+/* The argument block of a call, without the kernel's choices. */
+static pa_args pa_args_for(void *out, const void *q, const void *k_cache, const void *v_cache,
+                           const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
+                           int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale) {
     pa_args a;
+    memset(&a, 0, sizeof a);
     a.out = (bf16 *)out;
     a.q = (const bf16 *)q;
     a.kc = (const bf16 *)k_cache;
@@ -545,11 +537,42 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     a.Hq = Hq;
     a.Hkv = Hkv;
     a.G = Hq / Hkv;
+    a.D = D;
     a.page_size = page_size;
     a.scale_log2 = scale * 1.4426950408889634f;
+    return a;
+}
 
-    a.D = D;
+static void check_shape(int n_seqs, int T, int Hq, int Hkv, int D, int page_size, int max_pages, const char *op) {
+    if (n_seqs < 0 || T < 0 || Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0 || D <= 0 || D > 256 || page_size <= 0 ||
+        max_pages <= 0)
+        DK_ABORT("%s: bad shape n_seqs=%d T=%d Hq=%d Hkv=%d D=%d page_size=%d max_pages=%d (CUDA: D <= 256)", op,
+                 n_seqs, T, Hq, Hkv, D, page_size, max_pages);
+}
 
+/* The decode kernel's launch: its warps and splits (one cluster a token and
+ * KV head, merged on chip: no scratch, no second kernel). */
+static void launch_decode(ops_ctx *ctx, pa_args &a, int max_ctx) {
+    int nw = 4;
+    int nsplit = cuda_paged_decode_plan(ctx, a.T, a.Hkv, a.D, a.G, max_ctx, a.qkv != NULL, &nw);
+    a.chunk = split_chunk(max_ctx, cuda_paged_decode_chunk_align(a.D, nw), &nsplit);
+    a.nsplit = nsplit;
+    cuda_paged_decode_launch(ctx, &a, nw);
+}
+
+extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
+                                     const int32_t *block_table, int max_pages, const int32_t *ctx_lens,
+                                     const int32_t *cu_q, int n_seqs, int T, int Hq, int Hkv, int D, int page_size,
+                                     float scale) {
+    check_shape(n_seqs, T, Hq, Hkv, D, page_size, max_pages, "ops_paged_attention");
+    if (T == 0) return;
+    cudaStream_t st = ctx_stream(ctx);
+    if (n_seqs == 0) {
+        CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)T * Hq * D * sizeof(bf16), st));
+        return;
+    }
+    pa_args a = pa_args_for(out, q, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, n_seqs, T, Hq, Hkv, D,
+                            page_size, scale);
     const bool vec = (D == 32 || D == 64 || D == 128 || D == 256) && is_aligned16(q) && is_aligned16(k_cache) &&
                      is_aligned16(v_cache) && is_aligned16(out);
     /* Few query rows per sequence (decode: G rows of one token) leave most
@@ -561,38 +584,26 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     if (!vec) kind = PA_KERNEL_PLAIN;
     if (kind == PA_KERNEL_DECODE && !cuda_paged_decode_fits(D, a.G)) kind = PA_KERNEL_MMA;
     const int max_ctx = max_pages * page_size;
+    if (kind == PA_KERNEL_DECODE) {
+        launch_decode(ctx, a, max_ctx);
+        return;
+    }
     /* Tiles over all sequences: sum of ceil(n_q * G / 64) <= (T * G + 63 * n_seqs) / 64. */
     const long tiles = ((long)T * a.G + 63L * n_seqs) / PA_ROWS;
-    int nsplit, align;
-    if (kind == PA_KERNEL_DECODE) {
-        nsplit = cuda_paged_decode_splits(ctx, T, Hkv, D, a.G, max_ctx);
-        align = cuda_paged_decode_chunk_align(D);
-    } else {
-        const long units = kind == PA_KERNEL_MMA ? tiles * Hkv : ((long)T * Hq + 3) / 4;
-        const int slots = cuda_sm_count(ctx) * (kind == PA_KERNEL_MMA ? mma_per_sm(ctx, D) : 8);
-        nsplit = choose_splits(units, slots, max_ctx, (max_ctx + PA_KT - 1) / PA_KT);
-        align = PA_KT;
-    }
+    const long units = kind == PA_KERNEL_MMA ? tiles * Hkv : ((long)T * Hq + 3) / 4;
+    const int slots = cuda_sm_count(ctx) * (kind == PA_KERNEL_MMA ? mma_per_sm(ctx, D) : 8);
+    int nsplit = choose_splits(units, slots, max_ctx, (max_ctx + PA_KT - 1) / PA_KT);
     /* The partial results must fit the scratch. */
     const size_t per_split = (size_t)T * Hq * (D + 1) * sizeof(float);
     nsplit = splits_in_scratch(ctx, nsplit, per_split);
-    a.chunk = split_chunk(max_ctx, align, &nsplit);
+    a.chunk = split_chunk(max_ctx, PA_KT, &nsplit);
     a.nsplit = nsplit;
-    a.part_o = NULL;
-    a.part_lse = NULL;
-    /* The decode kernel merges its own splits where the context's counters
-     * cover its (token, KV head) pairs. */
-    a.counters = kind == PA_KERNEL_DECODE && nsplit > 1 && (long)T * Hkv <= ctx->n_counters ? ctx->counters : NULL;
     if (nsplit > 1) {
         float *scr = (float *)ctx_scratch(ctx, (size_t)nsplit * per_split, "ops_paged_attention");
         a.part_o = scr;
         a.part_lse = scr + (size_t)nsplit * T * Hq * D;
     }
-
-
-    if (kind == PA_KERNEL_DECODE) {
-        cuda_paged_decode_launch(ctx, &a);
-    } else if (kind == PA_KERNEL_MMA) {
+    if (kind == PA_KERNEL_MMA) {
         switch (D) {
         case 32: launch_mma<32>(ctx, a, (int)tiles); break;
         case 64: launch_mma<64>(ctx, a, (int)tiles); break;
@@ -604,7 +615,39 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         paged_attention_plain<<<grid, 128, 0, st>>>(a);
         CUDA_LAUNCH_CHECK();
     }
-    if (nsplit > 1 && !a.counters) launch_merge(st, a);
+    if (nsplit > 1) launch_merge(st, a);
+}
+
+extern "C" void cuda_decode_attention(ops_ctx *ctx, void *out, void *q_out, void *k_cache, void *v_cache,
+                                      const void *qkv, const void *q_norm_w, const void *k_norm_w, const int32_t *pos,
+                                      const int32_t *slot_mapping, const int32_t *block_table, int max_pages,
+                                      const int32_t *ctx_lens, const int32_t *cu_q, int T, int Hq, int Hkv, int D,
+                                      int page_size, float scale, float eps, float theta) {
+    check_shape(T, T, Hq, Hkv, D, page_size, max_pages, "ops_decode_attention");
+    if (!q_norm_w != !k_norm_w) DK_ABORT("ops_decode_attention: q_norm_w and k_norm_w must be both set or both NULL");
+    if (T == 0) return;
+    const bool one = (D == 32 || D == 64 || D == 128 || D == 256) && cuda_paged_decode_fits(D, Hq / Hkv) &&
+                     is_aligned16(qkv) && is_aligned16(q_out) && is_aligned16(k_cache) && is_aligned16(v_cache) &&
+                     is_aligned16(out) && (!q_norm_w || (is_aligned16(q_norm_w) && is_aligned16(k_norm_w))) &&
+                     (pa_kind_forced == PA_KERNEL_AUTO || pa_kind_forced == PA_KERNEL_DECODE);
+    if (!one) { /* the two ops in turn */
+        cuda_qkv_to_cache(ctx, q_out, k_cache, v_cache, qkv, q_norm_w, k_norm_w, pos, slot_mapping, T, Hq, Hkv, D, eps,
+                          theta);
+        cuda_paged_attention(ctx, out, q_out, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, T, T, Hq, Hkv,
+                             D, page_size, scale);
+        return;
+    }
+    pa_args a = pa_args_for(out, NULL, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, T, T, Hq, Hkv, D,
+                            page_size, scale);
+    a.qkv = (const bf16 *)qkv;
+    a.qn = (const bf16 *)q_norm_w;
+    a.kn = (const bf16 *)k_norm_w;
+    a.pos = pos;
+    a.slots = slot_mapping;
+    a.q_out = (bf16 *)q_out;
+    a.eps = eps;
+    a.theta = theta;
+    launch_decode(ctx, a, max_pages * page_size);
 }
 
 extern "C" void cuda_paged_attention_force(int kind) {

@@ -1,34 +1,51 @@
 /* paged_decode.cu: the few-queries side of ops_paged_attention on the CUDA
- * backend (decode steps: one new token per sequence). paged_attention.cu's
- * tensor-core kernel fills 16-row mma tiles with the G query heads of one
- * token (two of sixteen rows at G = 2) and needs 64 KB of shared memory per
- * CTA, so a decode batch leaves it a wave and a fraction of fat CTAs and
- * far less than the copy rate. Here the unit of work is one warp:
+ * backend (decode steps: one new token per sequence), and the whole of
+ * ops_decode_attention. paged_attention.cu's tensor-core kernel fills
+ * 16-row mma tiles with the G query heads of one token (two of sixteen
+ * rows at G = 2) and needs 64 KB of shared memory per CTA, so a decode
+ * batch leaves it a wave and a fraction of fat CTAs and far less than the
+ * copy rate. Here the unit of work is one warp:
  *
- * A CTA of PD_WARPS warps serves (token t, KV head g, split x); its warps
- * take turns over the split's keys, PD_U rows per lane at a time. A key row
- * of D bf16 is D/8 lanes of 16-byte loads, so one warp-wide load covers
+ * A CTA of NW warps serves (token t, KV head g, split x); its warps take
+ * turns over the split's keys, U rows per lane at a time. A key row of D
+ * bf16 is D/8 lanes of 16-byte loads, so one warp-wide load covers
  * 32/(D/8) keys; K and V rows go straight from the pages to registers
  * (streamed, read once), no shared memory, so many small CTAs stay resident
  * and the whole grid is usually one wave. Each lane keeps an fp32 online
  * softmax for the G query heads over its own keys; the key slots of a warp
  * and then the warps are merged in a fixed order (deterministic, no
- * atomics), and the CTA writes the bf16 output or, when the context is
- * split across CTAs, the fp32 partial and log-sum-exp that
- * paged_attention.cu's merge kernel combines. Unlike the tensor-core kernel
- * P stays in fp32 for P.V.
+ * atomics). Unlike the tensor-core kernel P stays in fp32 for P.V.
+ *
+ * Splits: the nsplit CTAs of (t, g) form one thread-block cluster, and the
+ * split-0 CTA merges the others' (max, sum, unnormalised output) in split
+ * order through distributed shared memory and writes the output. A merge
+ * through global memory (partials, a fence, an arrival counter, the last
+ * CTA's reads) was a chain of L2 round trips that cost a batch-1 decode
+ * layer more than the attention itself. At most PD_MAX_SPLIT splits (the
+ * largest cluster), so long contexts give each warp several steps.
+ *
+ * With qkv (ops_decode_attention: token t is sequence t's only query) the
+ * kernel also does ops_qkv_to_cache's work: each CTA norms and rotates the
+ * q heads of its group from the raw q|k|v row (a key slot's D/8 lanes hold
+ * a head, the rotation partner of lane part is part ^ D/16), and the CTA
+ * whose split holds the new token's key computes it, caches k and v and
+ * reads that row from shared memory. A decode layer loses a kernel and its
+ * boundary; the angles and norm weights are read before the wait.
  *
  * Any query count per sequence is served correctly (each token has its own
  * causal end), but keys are re-read per token, so the host picks this
  * kernel only when sequences carry few query rows (see cuda_paged_attention).
  * A programmatic dependent launch (cuda_common.cuh) in few-row steps. */
+#include <cooperative_groups.h>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda_infer.h"
 #include "kernels/paged_common.cuh"
 
-#define PD_WARPS 4
-#define PD_THREADS (PD_WARPS * 32)
+namespace cg = cooperative_groups;
+
 #define PD_MAX_G 8
+#define PD_MAX_SPLIT 16 /* a non-portable cluster size; 8 where the GPU refuses it */
 
 /* Rows per lane per step: fewer for wide groups, whose q and output
  * registers would otherwise cost occupancy. */
@@ -37,86 +54,75 @@ struct pd_unroll {
     static constexpr int U = GM <= 2 ? 4 : 2;
 };
 
-/* With a->counters: the nsplit CTAs of (t, g) count themselves in, and the
- * last to arrive adds the splits' partials in split order with the
- * arithmetic of paged_attention_merge (the same bits), writes the output and
- * resets the counter. A decode step then runs one attention kernel instead
- * of two; the merge kernel's launch and its dependent reads cost as much as
- * the attention itself at batch 1. */
-template <int D>
-__device__ void pd_merge_last(const pa_args &a, int t, int g, int row_end) {
-    __shared__ int last;
-    __threadfence(); /* this CTA's partials are visible before it counts */
-    __syncthreads();
-    int *cnt = a.counters + (size_t)t * a.Hkv + g;
-    if (threadIdx.x == 0) {
-        last = atomicAdd(cnt, 1) == a.nsplit - 1;
-        if (last) *cnt = 0;
+/* RMSNorm (norm: with weights w) then the rotation of one head whose D
+ * dims lie 8 a lane over LPK = D/8 lanes, this lane's dims at part * 8;
+ * cs and sn are this lane's angles. The arithmetic of qkv_to_cache.cu:
+ * (x * r) * w rounded to bf16, then the rotated value rounded once. */
+template <int LPK>
+__device__ __forceinline__ void pd_norm_rope(float x[8], const float w[8], const float cs[8], const float sn[8],
+                                             bool norm, float eps, int part) {
+    if (norm) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss = fmaf(x[e], x[e], ss);
+#pragma unroll
+        for (int o = LPK >> 1; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float r = 1.0f / sqrtf(ss / (float)(LPK * 8) + eps);
+#pragma unroll
+        for (int e = 0; e < 8; e++) x[e] = __bfloat162float(__float2bfloat16_rn((x[e] * r) * w[e]));
     }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int nx = min(a.nsplit, (row_end + a.chunk - 1) / a.chunk); /* the splits that hold keys */
-    const size_t stride = (size_t)a.T * a.Hq;                       /* between splits, in rows */
-    for (int idx = threadIdx.x; idx < a.G * D; idx += PD_THREADS) {
-        const int j = idx / D, d = idx % D;
-        const size_t row0 = (size_t)t * a.Hq + (size_t)g * a.G + j;
-        float mx = -INFINITY;
-        for (int x = 0; x < nx; x++) mx = fmaxf(mx, __ldcg(a.part_lse + row0 + x * stride));
-        float acc = 0.0f, wsum = 0.0f;
-        for (int x = 0; x < nx; x++) {
-            const float w = exp2f(__ldcg(a.part_lse + row0 + x * stride) - mx);
-            wsum += w;
-            acc = fmaf(w, __ldcg(a.part_o + (row0 + x * stride) * D + d), acc);
-        }
-        a.out[row0 * D + d] = __float2bfloat16_rn(acc * (1.0f / wsum));
+    const bool lo = part < LPK / 2; /* first half: a * cos - b * sin; second: b * cos + a * sin */
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const float y = __shfl_xor_sync(0xffffffffu, x[e], LPK / 2);
+        x[e] = lo ? x[e] * cs[e] - y * sn[e] : x[e] * cs[e] + y * sn[e];
     }
+#pragma unroll
+    for (int e = 0; e < 8; e++) x[e] = __bfloat162float(__float2bfloat16_rn(x[e]));
 }
 
-template <int D, int GM>
-__global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
-    constexpr int LPK = D / 8;              /* lanes per key row */
-    constexpr int KPL = 32 / LPK;           /* keys per warp-wide load */
-    constexpr int U = pd_unroll<GM>::U;     /* loads per lane per step */
-    constexpr int KPS = KPL * U;            /* keys per warp step */
-    __shared__ float sh_o[PD_WARPS][GM][D];
-    __shared__ float sh_ml[PD_WARPS][GM][2];
+template <int D, int GM, int NW, bool QKV>
+__global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
+    constexpr int LPK = D / 8;          /* lanes per key row */
+    constexpr int KPL = 32 / LPK;       /* keys per warp-wide load */
+    constexpr int U = pd_unroll<GM>::U; /* loads per lane per step */
+    constexpr int KPS = KPL * U;        /* keys per warp step */
+    __shared__ float sh_o[NW][GM][D];   /* sh_o[0] then holds the CTA's output for the cluster merge */
+    __shared__ float sh_ml[NW][GM][2];
+    __shared__ float cl_ml[GM][2];               /* the CTA's (max, sum) for the cluster merge */
+    __shared__ __align__(16) bf16 sh_new[2][D]; /* QKV: the new token's k and v row of head g */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / LPK, part = lane % LPK;
     const int t = blockIdx.x / a.Hkv, g = blockIdx.x % a.Hkv, split = blockIdx.y;
+    const int G = a.G;
     /* Before pdl_wait this kernel reads only what no kernel of the step
-     * writes: the step's metadata (uploaded before its first kernel) and the
-     * K/V rows of earlier tokens. So the sequence lookup, the block table
-     * and the first step of old keys are in flight while the kernel before
-     * (qkv_to_cache) still runs; at batch 1 they are most of this kernel's
-     * chain of dependent loads. */
-    const int s = pa_seq_of(a, t);
-    if (s >= a.n_seqs) { /* padding token: zero (split runs without counters leave it to the merge) */
+     * writes: the step's metadata (uploaded before its first kernel), the
+     * K/V rows of earlier tokens and the norm weights. So the sequence
+     * lookup, the block table, the first step of old keys and the angles
+     * are in flight or done while the kernel before still runs; at batch 1
+     * they are most of this kernel's chain of dependent loads. */
+    const int s = QKV ? t : pa_seq_of(a, t);
+    if (s >= a.n_seqs) { /* padding token (never with qkv): zero; the cluster returns as one */
         pdl_wait();
         pdl_launch_dependents();
-        if (a.nsplit == 1 || (a.counters && split == 0))
-            for (int i = threadIdx.x; i < a.G * D; i += PD_THREADS)
-                a.out[((size_t)t * a.Hq + (size_t)g * a.G) * D + i] = __float2bfloat16_rn(0.0f);
+        if (split == 0)
+            for (int i = threadIdx.x; i < G * D; i += NW * 32)
+                a.out[((size_t)t * a.Hq + (size_t)g * G) * D + i] = __float2bfloat16_rn(0.0f);
         return;
     }
-    const int nq = a.cu_q[s + 1] - a.cu_q[s], i = t - a.cu_q[s];
+    const int nq = QKV ? 1 : a.cu_q[s + 1] - a.cu_q[s], i = QKV ? 0 : t - a.cu_q[s];
     const int row_end = a.ctx_lens[s] - nq + i + 1;
     const int k_begin = split * a.chunk, k_end = min(k_begin + a.chunk, row_end);
-    if (k_begin >= k_end) { /* the merge reads only the splits that hold keys */
-        pdl_wait();
-        pdl_launch_dependents();
-        if (a.counters) pd_merge_last<D>(a, t, g, row_end);
-        return;
-    }
-    const int G = a.G;
     const int fresh = a.ctx_lens[s] - nq; /* keys from here on are this step's, written by the kernel before */
+    const bool has_new = QKV && k_begin <= fresh && fresh < k_end; /* this CTA computes and caches the new key */
     const size_t tok_stride = (size_t)a.Hkv * D, head_off = (size_t)g * D + (size_t)part * 8;
     const int32_t *pages = a.bt + (size_t)s * a.max_pages;
     uint4 kr[U], vr[U];
     bool ok[U];
     /* A warp step's rows start at key k0: clear_rows marks which hold keys
-     * and zeroes them, load_rows loads those among them in [lo, hi). */
+     * and zeroes them, load_rows loads those among them in [lo, hi) (with
+     * qkv the new key from shared memory). */
     auto clear_rows = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -129,32 +135,99 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
         for (int u = 0; u < U; u++) {
             const int p = k0 + u * KPL + sub;
             if (ok[u] && p >= lo && p < hi) {
-                const size_t off =
-                    ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
-                kr[u] = ld_stream(a.kc + off);
-                vr[u] = ld_stream(a.vc + off);
+                if (QKV && p == fresh) {
+                    kr[u] = *(const uint4 *)&sh_new[0][part * 8];
+                    vr[u] = *(const uint4 *)&sh_new[1][part * 8];
+                } else {
+                    const size_t off =
+                        ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
+                    kr[u] = ld_stream(a.kc + off);
+                    vr[u] = ld_stream(a.vc + off);
+                }
             }
         }
     };
     const int k_first = k_begin + warp * KPS;
     clear_rows(k_first);
     load_rows(k_first, 0, fresh);
-    pdl_wait(); /* q and the new tokens' K/V are the kernel before's output */
+
+    /* With qkv: this lane's angles (pairs i and i + D/2 share them) and
+     * norm weights, before the wait. */
+    float cs[8], sn[8], wq[8], wk[8];
+    if (QKV) {
+        const float pos = (float)a.pos[t];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int d = part * 8 + e;
+            sincosf(pos * rope_inv_freq_at(d % (D / 2), D, a.theta), &sn[e], &cs[e]);
+            wq[e] = a.qn ? __bfloat162float(a.qn[d]) : 1.0f;
+            wk[e] = a.kn && has_new ? __bfloat162float(a.kn[d]) : 1.0f;
+        }
+    }
+    pdl_wait(); /* q and the new tokens' K/V (or the q|k|v rows) are the kernel before's output */
     pdl_launch_dependents();
-    load_rows(k_first, fresh, k_end);
 
     /* This lane's 8 dims of each query head of the group, pre-scaled. */
     float qf[GM][8];
+    if (QKV) {
+        const bf16 *row = a.qkv + (size_t)t * (a.Hq + 2 * a.Hkv) * D;
+        uint4 raw[GM], kraw = make_uint4(0u, 0u, 0u, 0u), vraw = kraw;
 #pragma unroll
-    for (int j = 0; j < GM; j++) {
-        if (j < G) {
-            const bf16 *qr = a.q + ((size_t)t * a.Hq + (size_t)g * G + j) * D + part * 8;
-            bf16x8_to_f32(*(const uint4 *)qr, qf[j]);
+        for (int j = 0; j < GM; j++)
+            raw[j] = j < G ? *(const uint4 *)(row + ((size_t)g * G + j) * D + part * 8) : make_uint4(0u, 0u, 0u, 0u);
+        if (has_new && warp == 0) {
+            kraw = *(const uint4 *)(row + ((size_t)a.Hq + g) * D + part * 8);
+            vraw = *(const uint4 *)(row + ((size_t)a.Hq + a.Hkv + g) * D + part * 8);
+        }
+        if (has_new) {
+            if (warp == 0) { /* every key slot computes it; slot 0 stores */
+                float kx[8];
+                bf16x8_to_f32(kraw, kx);
+                pd_norm_rope<LPK>(kx, wk, cs, sn, a.kn != NULL, a.eps, part);
+                if (sub == 0) {
+                    __align__(16) bf16 kb[8];
 #pragma unroll
-            for (int e = 0; e < 8; e++) qf[j][e] *= a.scale_log2;
-        } else {
+                    for (int e = 0; e < 8; e++) kb[e] = __float2bfloat16_rn(kx[e]);
+                    *(uint4 *)&sh_new[0][part * 8] = *(const uint4 *)kb;
+                    *(uint4 *)&sh_new[1][part * 8] = vraw;
+                    const int slot = a.slots[t];
+                    if (slot >= 0) {
+                        const size_t off = ((size_t)slot * a.Hkv + g) * D + part * 8;
+                        *(uint4 *)((bf16 *)a.kc + off) = *(const uint4 *)kb; /* the caches are the op's output */
+                        *(uint4 *)((bf16 *)a.vc + off) = vraw;
+                    }
+                }
+            }
+            __syncthreads(); /* the new row in sh_new (has_new is the same for the whole CTA) */
+        }
 #pragma unroll
-            for (int e = 0; e < 8; e++) qf[j][e] = 0.0f;
+        for (int j = 0; j < GM; j++) {
+            float x[8];
+            bf16x8_to_f32(raw[j], x);
+            if (j < G) pd_norm_rope<LPK>(x, wq, cs, sn, a.qn != NULL, a.eps, part);
+            if (j < G && split == 0 && warp == 0 && sub == 0) {
+                __align__(16) bf16 qb[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) qb[e] = __float2bfloat16_rn(x[e]);
+                *(uint4 *)(a.q_out + ((size_t)t * a.Hq + (size_t)g * G + j) * D + part * 8) = *(const uint4 *)qb;
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) qf[j][e] = j < G ? x[e] * a.scale_log2 : 0.0f;
+        }
+        load_rows(k_first, fresh, k_end);
+    } else {
+        load_rows(k_first, fresh, k_end);
+#pragma unroll
+        for (int j = 0; j < GM; j++) {
+            if (j < G) {
+                const bf16 *qr = a.q + ((size_t)t * a.Hq + (size_t)g * G + j) * D + part * 8;
+                bf16x8_to_f32(*(const uint4 *)qr, qf[j]);
+#pragma unroll
+                for (int e = 0; e < 8; e++) qf[j][e] *= a.scale_log2;
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) qf[j][e] = 0.0f;
+            }
         }
     }
     float m[GM], l[GM], o[GM][8];
@@ -165,7 +238,7 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
         for (int e = 0; e < 8; e++) o[j][e] = 0.0f;
     }
 
-    for (int k0 = k_first; k0 < k_end; k0 += PD_WARPS * KPS) {
+    for (int k0 = k_first; k0 < k_end; k0 += NW * KPS) {
         if (k0 != k_first) { /* the first step's rows are loaded above */
             clear_rows(k0);
             load_rows(k0, 0, k_end);
@@ -246,74 +319,176 @@ __global__ void __launch_bounds__(PD_THREADS) paged_decode(pa_args a) {
     }
     __syncthreads();
 
-    /* Merge the warps in warp order and write. */
-    for (int idx = threadIdx.x; idx < G * D; idx += PD_THREADS) {
+    /* Merge the warps in warp order: the output, or with splits this CTA's
+     * state for the cluster merge (each (j, d) is one thread's). */
+    for (int idx = threadIdx.x; idx < G * D; idx += NW * 32) {
         const int j = idx / D, d = idx % D;
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < PD_WARPS; w++) mx = fmaxf(mx, sh_ml[w][j][0]);
+        for (int w = 0; w < NW; w++) mx = fmaxf(mx, sh_ml[w][j][0]);
         const float ref = mx == -INFINITY ? 0.0f : mx;
         float L = 0.0f, O = 0.0f;
 #pragma unroll
-        for (int w = 0; w < PD_WARPS; w++) {
+        for (int w = 0; w < NW; w++) {
             const float f = exp2f(sh_ml[w][j][0] - ref);
             L += sh_ml[w][j][1] * f;
             O += sh_o[w][j][d] * f;
         }
-        const size_t head = (size_t)g * G + j;
-        const float v = L > 0.0f ? O / L : 0.0f;
         if (a.nsplit == 1) {
-            a.out[((size_t)t * a.Hq + head) * D + d] = __float2bfloat16_rn(v);
+            a.out[((size_t)t * a.Hq + (size_t)g * G + j) * D + d] = __float2bfloat16_rn(L > 0.0f ? O / L : 0.0f);
         } else {
-            const size_t row = ((size_t)split * a.T + t) * a.Hq + head;
-            a.part_o[row * D + d] = v;
-            if (d == 0) a.part_lse[row] = L > 0.0f ? mx + log2f(L) : -INFINITY;
+            sh_o[0][j][d] = O;
+            if (d == 0) cl_ml[j][0] = mx, cl_ml[j][1] = L;
         }
     }
-    if (a.nsplit > 1 && a.counters) pd_merge_last<D>(a, t, g, row_end);
+    if (a.nsplit == 1) return;
+
+    /* The cluster merge: split 0 reads every split's state (all loads in
+     * flight at once) and adds them in split order; the second barrier
+     * keeps each CTA's shared memory alive until it has. */
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (split == 0) {
+        for (int idx = threadIdx.x; idx < G * D; idx += NW * 32) {
+            const int j = idx / D, d = idx % D;
+            float ms[PD_MAX_SPLIT], ls[PD_MAX_SPLIT], os[PD_MAX_SPLIT];
+#pragma unroll
+            for (int x = 0; x < PD_MAX_SPLIT; x++) {
+                ms[x] = -INFINITY, ls[x] = os[x] = 0.0f;
+                if (x < a.nsplit) {
+                    const float *rml = cluster.map_shared_rank(&cl_ml[j][0], x);
+                    ms[x] = rml[0], ls[x] = rml[1];
+                    os[x] = *cluster.map_shared_rank(&sh_o[0][j][d], x);
+                }
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int x = 0; x < PD_MAX_SPLIT; x++) mx = fmaxf(mx, ms[x]);
+            const float ref = mx == -INFINITY ? 0.0f : mx;
+            float L = 0.0f, O = 0.0f;
+#pragma unroll
+            for (int x = 0; x < PD_MAX_SPLIT; x++) {
+                const float f = exp2f(ms[x] - ref);
+                L += ls[x] * f;
+                O += os[x] * f;
+            }
+            a.out[((size_t)t * a.Hq + (size_t)g * G + j) * D + d] = __float2bfloat16_rn(L > 0.0f ? O / L : 0.0f);
+        }
+    }
+    cluster.sync();
 }
 
-/* The instance serving (D, G). */
+/* ---- host ------------------------------------------------------------------------ */
+
 typedef void (*pd_kernel)(pa_args);
-template <int D>
-static pd_kernel kernel_for_g(int G) {
-    if (G <= 1) return paged_decode<D, 1>;
-    if (G <= 2) return paged_decode<D, 2>;
-    if (G <= 4) return paged_decode<D, 4>;
-    return paged_decode<D, 8>;
+
+/* Warps a CTA: 8 where the warp states fit the static shared memory. */
+static bool pd_wide_fits(int D, int GM) { return (size_t)8 * GM * D * sizeof(float) <= 32768; }
+
+template <int D, int GM, bool QKV>
+static pd_kernel kernel_for_nw(int nw) {
+    if constexpr ((size_t)8 * GM * D * sizeof(float) <= 32768) {
+        if (nw == 8) return paged_decode<D, GM, 8, QKV>;
+    }
+    return paged_decode<D, GM, 4, QKV>;
 }
-static pd_kernel kernel_for(int D, int G) {
+template <int D, bool QKV>
+static pd_kernel kernel_for_g(int G, int nw) {
+    if (G <= 1) return kernel_for_nw<D, 1, QKV>(nw);
+    if (G <= 2) return kernel_for_nw<D, 2, QKV>(nw);
+    if (G <= 4) return kernel_for_nw<D, 4, QKV>(nw);
+    return kernel_for_nw<D, 8, QKV>(nw);
+}
+template <bool QKV>
+static pd_kernel kernel_for_q(int D, int G, int nw) {
     switch (D) {
-    case 32: return kernel_for_g<32>(G);
-    case 64: return kernel_for_g<64>(G);
-    case 128: return kernel_for_g<128>(G);
-    default: return kernel_for_g<256>(G);
+    case 32: return kernel_for_g<32, QKV>(G, nw);
+    case 64: return kernel_for_g<64, QKV>(G, nw);
+    case 128: return kernel_for_g<128, QKV>(G, nw);
+    default: return kernel_for_g<256, QKV>(G, nw);
     }
 }
+static pd_kernel kernel_for(int D, int G, int nw, bool qkv) {
+    return qkv ? kernel_for_q<true>(D, G, nw) : kernel_for_q<false>(D, G, nw);
+}
+static int g_max(int G) { return G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : 8; }
 
 int cuda_paged_decode_fits(int D, int G) {
     return (D == 32 || D == 64 || D == 128 || D == 256) && G >= 1 && G <= PD_MAX_G;
 }
 
-/* Splits: as many as keep every CTA of the launch resident at once (one
- * wave: no CTA waits for another to finish), with each warp given at least
- * two steps of keys per split. A batch that already fills the GPU is not
- * split. */
-int cuda_paged_decode_splits(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx) {
-    const int per_sm = cuda_kernel_per_sm(ctx, (const void *)kernel_for(D, G), PD_THREADS, 0);
-    const long slots = (long)cuda_sm_count(ctx) * per_sm;
+/* The largest cluster a kernel can be launched with: PD_MAX_SPLIT where the
+ * GPU schedules such clusters of its CTAs, else the portable 8. Asked once
+ * a kernel (the answer also sets the kernel's non-portable attribute). */
+static int pd_cluster_max(const ops_ctx *ctx, pd_kernel k, int nw) {
+    static struct {
+        pd_kernel k;
+        int dev, n;
+    } seen[64];
+    static int n_seen;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].k == k && seen[i].dev == ctx->gpu) return seen[i].n;
+    int n = 8;
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = PD_MAX_SPLIT, attr[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(1, PD_MAX_SPLIT), cfg.blockDim = dim3(nw * 32), cfg.attrs = attr, cfg.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0) n = PD_MAX_SPLIT;
+    }
+    (void)cudaGetLastError(); /* a refusal above is an answer, not an error */
+    if (n_seen < 64) seen[n_seen].k = k, seen[n_seen].dev = ctx->gpu, seen[n_seen].n = n, n_seen++;
+    return n;
+}
+
+/* Warps a CTA and splits: the most warps in flight that one wave holds.
+ * Each split gets at least one step of keys a warp; a batch that already
+ * fills the GPU is not split. */
+int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int qkv, int *nw) {
     const long units = T * Hkv;
-    const long align = cuda_paged_decode_chunk_align(D);
-    long n = slots / units;
-    const long most = (max_ctx + 2 * align - 1) / (2 * align);
-    if (n > most) n = most;
-    return n < 1 ? 1 : (int)n;
+    int best_nw = 4, best_n = 1;
+    long best_warps = -1;
+    for (int w = 8; w >= 4; w -= 4) {
+        if (w == 8 && !pd_wide_fits(D, g_max(G))) continue;
+        const pd_kernel k = kernel_for(D, G, w, qkv != 0);
+        const long slots = (long)cuda_sm_count(ctx) * cuda_kernel_per_sm(ctx, (const void *)k, w * 32, 0);
+        const long step = (long)w * (32 / (D / 8)) * (g_max(G) <= 2 ? 4 : 2); /* keys a CTA step (pd_unroll) */
+        long n = slots / units;
+        const long most = (max_ctx + step - 1) / step, cap = pd_cluster_max(ctx, k, w);
+        if (n > most) n = most;
+        if (n > cap) n = cap;
+        if (n < 1) n = 1;
+        const long warps = units <= slots ? units * n * w : 0; /* past one wave: ranked last */
+        if (warps > best_warps) best_warps = warps, best_nw = w, best_n = (int)n;
+    }
+    *nw = best_nw;
+    return best_n;
 }
 
 /* One step of keys for every warp of a CTA, at the smaller unroll. */
-int cuda_paged_decode_chunk_align(int D) { return PD_WARPS * (32 / (D / 8)) * 2; }
+int cuda_paged_decode_chunk_align(int D, int nw) { return nw * (32 / (D / 8)) * 2; }
 
-void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a) {
-    dim3 grid((unsigned)((long)a->T * a->Hkv), (unsigned)a->nsplit);
-    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(a->T), kernel_for(a->D, a->G), grid, dim3(PD_THREADS), 0, *a);
+void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw) {
+    const pd_kernel k = kernel_for(a->D, a->G, nw, a->qkv != NULL);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[2];
+    int n = 0;
+    if (cuda_pdl_rows(a->T)) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (a->nsplit > 1) {
+        if (a->nsplit > pd_cluster_max(ctx, k, nw))
+            DK_ABORT("paged_decode: %d splits exceed the cluster size %d", a->nsplit, pd_cluster_max(ctx, k, nw));
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = (unsigned)a->nsplit, attr[n++].val.clusterDim.z = 1;
+    }
+    cfg.gridDim = dim3((unsigned)((long)a->T * a->Hkv), (unsigned)a->nsplit);
+    cfg.blockDim = dim3((unsigned)nw * 32);
+    cfg.stream = ctx_stream(ctx);
+    cfg.attrs = attr;
+    cfg.numAttrs = (unsigned)n;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, *a));
 }
