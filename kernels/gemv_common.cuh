@@ -185,8 +185,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
     }
 }
 
-#include "kernels/gemv_stream.cuh"
-
 /* Warps per output column: enough that each warp's share of K is one batch
  * of GEMV_UNROLL chunks a lane (all its loads in flight at once), at most 4:
  * one at K = 2048, four for a 1.7B model's down projection (K = 6144),
@@ -216,16 +214,8 @@ static void gemv_launch_pro(cudaStream_t st, const gemv_args &p) {
  * columns n and n + N of W (p.N = the output width, W has 2 N rows, bf16
  * output). */
 template <int PRO, int NR, bool F32OUT>
-static void gemv_launch_rows(const ops_ctx *ctx, const gemv_args &p, int M) {
+static void gemv_launch_rows(cudaStream_t st, const gemv_args &p, int M) {
     static_assert(NR == 1 || !F32OUT, "the SwiGLU output is bf16");
-    cudaStream_t st = ctx_stream(ctx);
-    const int S = cuda_gemv_stream_stages();
-    if (S > 0 && gemv_stream_fits(M, p.K)) {
-        if (M == 1) gemv_stream_launch<1, PRO, NR, F32OUT>(ctx, st, p, S);
-        else gemv_stream_launch<2, PRO, NR, F32OUT>(ctx, st, p, S);
-        CUDA_LAUNCH_CHECK();
-        return;
-    }
     switch (M) {
     case 1: gemv_launch_pro<1, PRO, NR, F32OUT>(st, p); break;
     case 2: gemv_launch_pro<2, PRO, NR, F32OUT>(st, p); break;

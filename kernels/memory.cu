@@ -77,11 +77,6 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
 static int pdl_on = 1;
 int cuda_pdl_enabled(void) { return pdl_on; }
 extern "C" void cuda_pdl_set(int on) { pdl_on = on != 0; }
-static int gemv_stream_stages = 3;
-extern "C" int cuda_gemv_stream_stages(void) { return gemv_stream_stages; }
-extern "C" void cuda_gemv_stream_set(int stages) {
-    gemv_stream_stages = stages <= 0 ? 0 : stages < 2 ? 2 : stages > 6 ? 6 : stages;
-}
 
 /* Frees whatever a partly built context holds (init failure or ctx_free). */
 static void ctx_release(ops_ctx *ctx) {

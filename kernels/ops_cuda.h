@@ -59,11 +59,6 @@ int cuda_matmul_skinny_all(void);
 /* memory.cu: programmatic dependent launch of the decode-step kernels
  * (cuda_common.cuh); on by default, a benchmark turns it off to measure it */
 void cuda_pdl_set(int on);
-/* memory.cu: the stages a warp of the streaming one- and two-row product
- * kernel keeps in flight (gemv_stream.cuh), 2..6; 0: gemv_rows serves
- * those rows too (a benchmark compares) */
-void cuda_gemv_stream_set(int stages);
-int cuda_gemv_stream_stages(void);
 
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);

@@ -91,6 +91,7 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     __shared__ float sh_ml[NW][GM][2];
     __shared__ float cl_ml[GM][2];               /* the CTA's (max, sum) for the cluster merge */
     __shared__ __align__(16) bf16 sh_new[2][D]; /* QKV: the new token's k and v row of head g */
+    __shared__ float sh_cs[QKV ? D / 2 : 1], sh_sn[QKV ? D / 2 : 1]; /* QKV: the token's angles */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / LPK, part = lane % LPK;
@@ -151,15 +152,19 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     clear_rows(k_first);
     load_rows(k_first, 0, fresh);
 
-    /* With qkv: this lane's angles (pairs i and i + D/2 share them) and
-     * norm weights, before the wait. */
+    /* With qkv: the token's D/2 angles, one a thread into shared memory
+     * (each lane needs 8, pairs i and i + D/2 share them; a lane computing
+     * its own made every CTA do 16 times the sines), and this lane's norm
+     * weights, before the wait. */
     float cs[8], sn[8], wq[8], wk[8];
     if (QKV) {
-        const float pos = (float)a.pos[t];
+        for (int d = threadIdx.x; d < D / 2; d += NW * 32)
+            sincosf((float)a.pos[t] * rope_inv_freq_at(d, D, a.theta), &sh_sn[d], &sh_cs[d]);
+        __syncthreads();
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             const int d = part * 8 + e;
-            sincosf(pos * rope_inv_freq_at(d % (D / 2), D, a.theta), &sn[e], &cs[e]);
+            cs[e] = sh_cs[d % (D / 2)], sn[e] = sh_sn[d % (D / 2)];
             wq[e] = a.qn ? __bfloat162float(a.qn[d]) : 1.0f;
             wk[e] = a.kn && has_new ? __bfloat162float(a.kn[d]) : 1.0f;
         }

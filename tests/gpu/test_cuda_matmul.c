@@ -80,10 +80,9 @@ static void check_matmul(ctx_pair *p) {
         cases++;
     }
     /* Few rows times W^T (decode steps: matmul_gemv.cu for M <= 8 and K % 8
-     * == 0, the streaming kernel for M <= 2 and K <= 8192, cuBLASLt past
-     * 32768 columns or unaligned): both output types, alpha and beta,
-     * aligned and not; rows of several 2048-element stages and a partial
-     * one, fewer columns than SMs. */
+     * == 0, cuBLASLt past 32768 columns or unaligned): both output types,
+     * alpha and beta, aligned and not; long and odd rows, fewer columns
+     * than SMs. */
     const int gemv[][3] = {{1, 2048, 2048}, {1, 6144, 2048}, {3, 257, 1000}, {8, 2048, 6144}, {5, 1, 8},
                            {2, 40000, 64}, {7, 33, 24},     {1, 2047, 4096}, {3, 5, 6144},  {1, 1, 8},
                            {2, 257, 1000}, {1, 100, 5000},  {2, 2048, 6144}, {1, 64, 8200}, {2, 131, 2056}};

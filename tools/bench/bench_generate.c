@@ -30,8 +30,7 @@
  *
  * 5. the decode step's critical path at batch 1: the layers' kernels replayed
  *    as one graph with each op left out in turn (what it adds to the step
- *    once kernels overlap), and with each kernel choice for the one-row
- *    products.
+ *    once kernels overlap), and with the attention as two ops.
  *
  * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] [--chain]
  * (--chain: section 5 alone) */
@@ -366,17 +365,6 @@ static void chain_table(model *m, int B, int ctx_len) {
     chain ch = {.m = m, .d = &d};
     const double all = chain_time(&ch);
     printf("  %d layers, every op: %.3f ms (%.1f us a layer)\n", m->cfg.n_layers, all, all / m->cfg.n_layers * 1e3);
-    const int stages0 = cuda_gemv_stream_stages();
-    for (int s = 0; s <= 4; s++) {
-        if (s == 1) continue;
-        cuda_gemv_stream_set(s);
-        const double t = chain_time(&ch);
-        char what[64];
-        if (s) snprintf(what, sizeof what, "%d stages a warp in gemv_stream", s);
-        else snprintf(what, sizeof what, "gemv_rows for one row");
-        printf("  the same with %s: %.3f ms (%.1f us a layer)\n", what, t, t / m->cfg.n_layers * 1e3);
-    }
-    cuda_gemv_stream_set(stages0);
     printf("  %-30s %9s %12s\n", "left out", "ms", "us a layer");
     for (int i = 0; i < CH_OPS; i++) {
         ch.skip = 1u << i;
