@@ -48,6 +48,9 @@ void cuda_decode_attention(ops_ctx *ctx, void *out, void *q_out, void *k_cache, 
                            const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
                            int T, int Hq, int Hkv, int D, int page_size, float scale, float eps, float theta);
 void cuda_paged_attention_force(int kind);
+/* paged_decode.cu: pins the decode kernel's warps a CTA (4 or 8) and splits
+ * (at most the cluster size) for a benchmark; 0, 0 restores the choice. */
+void cuda_paged_decode_force(int nw, int nsplit);
 
 /* sample.cu: one block per row; radix selections for top-k / top-p. */
 void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float *logits, const sample_params *params, int n,

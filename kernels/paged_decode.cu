@@ -37,6 +37,7 @@
  * kernel only when sequences carry few query rows (see cuda_paged_attention).
  * A programmatic dependent launch (cuda_common.cuh) in few-row steps. */
 #include <cooperative_groups.h>
+#include <pthread.h>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/ops_cuda_infer.h"
@@ -431,8 +432,14 @@ static int pd_cluster_max(const ops_ctx *ctx, pd_kernel k, int nw) {
         int dev, n;
     } seen[64];
     static int n_seen;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&lock);
     for (int i = 0; i < n_seen; i++)
-        if (seen[i].k == k && seen[i].dev == ctx->gpu) return seen[i].n;
+        if (seen[i].k == k && seen[i].dev == ctx->gpu) {
+            const int n = seen[i].n;
+            pthread_mutex_unlock(&lock);
+            return n;
+        }
     int n = 8;
     if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
         cudaLaunchConfig_t cfg = {};
@@ -445,13 +452,23 @@ static int pd_cluster_max(const ops_ctx *ctx, pd_kernel k, int nw) {
     }
     (void)cudaGetLastError(); /* a refusal above is an answer, not an error */
     if (n_seen < 64) seen[n_seen].k = k, seen[n_seen].dev = ctx->gpu, seen[n_seen].n = n, n_seen++;
+    pthread_mutex_unlock(&lock);
     return n;
 }
+
+/* A benchmark's pinned plan (cuda_paged_decode_force; 0: choose). */
+static int forced_nw, forced_splits;
+extern "C" void cuda_paged_decode_force(int nw, int nsplit) { forced_nw = nw, forced_splits = nsplit; }
 
 /* Warps a CTA and splits: the most warps in flight that one wave holds.
  * Each split gets at least one step of keys a warp; a batch that already
  * fills the GPU is not split. */
 int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int qkv, int *nw) {
+    if (forced_nw == 4 || (forced_nw == 8 && pd_wide_fits(D, g_max(G)))) {
+        *nw = forced_nw;
+        const int cap = pd_cluster_max(ctx, kernel_for(D, G, forced_nw, qkv != 0), forced_nw);
+        return forced_splits < 1 ? 1 : forced_splits > cap ? cap : forced_splits;
+    }
     const long units = T * Hkv;
     int best_nw = 4, best_n = 1;
     long best_warps = -1;

@@ -372,6 +372,14 @@ static void chain_table(model *m, int B, int ctx_len) {
         printf("  %-30s %9.3f %12.1f\n", ch_names[i], t, (all - t) / m->cfg.n_layers * 1e3);
     }
     ch.skip = 0;
+    static const int plans[][2] = {{8, 16}, {4, 16}, {8, 8}, {4, 8}, {8, 4}};
+    for (int i = 0; i < 5; i++) {
+        cuda_paged_decode_force(plans[i][0], plans[i][1]);
+        const double t = chain_time(&ch);
+        printf("  decode_attention pinned to %d warps a CTA, %2d splits: %.3f ms (%.1f us a layer)\n", plans[i][0],
+               plans[i][1], t, t / m->cfg.n_layers * 1e3);
+    }
+    cuda_paged_decode_force(0, 0);
     ch.two_ops = 1;
     {
         const double t = chain_time(&ch);
