@@ -106,7 +106,6 @@ void ops_graph_launch(ops_ctx *ctx, ops_graph *g) { DISPATCH(graph_launch, ctx, 
 void ops_graph_free(ops_ctx *ctx, ops_graph *g) { DISPATCH(graph_free, g); }
 void ops_sync(ops_ctx *ctx) { DISPATCH(sync, ctx); }
 
-
 void ops_upload(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {
     DISPATCH(upload, ctx, dst, src_host, bytes);
 }
@@ -245,13 +244,6 @@ void ops_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, con
     DISPATCH(kv_write, ctx, k_cache, v_cache, k, v, slot_mapping, T, Hkv, D);
 }
 
-void ops_decode_attention(ops_ctx *ctx, void *out, void *q_out, void *k_cache, void *v_cache, const void *qkv,
-                          const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
-                          const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q, int T,
-                          int Hq, int Hkv, int D, int page_size, float scale, float eps, float theta) {
-    DISPATCH(decode_attention, ctx, out, q_out, k_cache, v_cache, qkv, q_norm_w, k_norm_w, pos, slot_mapping,
-             block_table, max_pages, ctx_lens, cu_q, T, Hq, Hkv, D, page_size, scale, eps, theta);
-}
 void ops_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
                          const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
                          int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale) {

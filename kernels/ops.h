@@ -219,16 +219,6 @@ void ops_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void *v_cache, c
 void ops_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
                          const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
                          int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale);
-/* A decode step's attention from its q|k|v rows: token t is the one new
- * token of sequence t (T sequences, cu_q = 0, 1, .., T), and the op is
- * ops_qkv_to_cache (q_out, the caches at slot_mapping) then
- * ops_paged_attention, with the same outputs. One kernel on CUDA where the
- * decode kernel serves the shape: the q|k|v tail runs inside the
- * attention, whose chain of dependent loads is a decode layer's longest. */
-void ops_decode_attention(ops_ctx *ctx, void *out, void *q_out, void *k_cache, void *v_cache, const void *qkv,
-                          const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
-                          const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q, int T,
-                          int Hq, int Hkv, int D, int page_size, float scale, float eps, float theta);
 
 /* Per-row sampling settings (device memory). temperature 0 is greedy. The
  * random draw is a counter-based function of (seed, counter), so a rollout

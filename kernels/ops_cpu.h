@@ -98,11 +98,6 @@ void cpu_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, con
 void cpu_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
                          const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
                          int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale);
-/* decode_attention_cpu.c */
-void cpu_decode_attention(ops_ctx *ctx, void *out, void *q_out, void *k_cache, void *v_cache, const void *qkv,
-                          const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
-                          const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q, int T,
-                          int Hq, int Hkv, int D, int page_size, float scale, float eps, float theta);
 void cpu_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float *logits, const sample_params *params, int n,
                 int V);
 

@@ -40,13 +40,6 @@ void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_
                           const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
                           int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale);
 enum { PA_KERNEL_AUTO, PA_KERNEL_DECODE, PA_KERNEL_MMA, PA_KERNEL_PLAIN };
-/* paged_attention.cu, paged_decode.cu: ops_decode_attention in the decode
- * kernel (the two ops in turn for shapes it does not serve, or while
- * another kernel is forced). */
-void cuda_decode_attention(ops_ctx *ctx, void *out, void *q_out, void *k_cache, void *v_cache, const void *qkv,
-                           const void *q_norm_w, const void *k_norm_w, const int32_t *pos, const int32_t *slot_mapping,
-                           const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
-                           int T, int Hq, int Hkv, int D, int page_size, float scale, float eps, float theta);
 void cuda_paged_attention_force(int kind);
 /* paged_decode.cu: pins the decode kernel's warps a CTA (4 or 8) and splits
  * (at most the cluster size) for a benchmark; 0, 0 restores the choice. */

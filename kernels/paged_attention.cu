@@ -543,18 +543,11 @@ static pa_args pa_args_for(void *out, const void *q, const void *k_cache, const 
     return a;
 }
 
-static void check_shape(int n_seqs, int T, int Hq, int Hkv, int D, int page_size, int max_pages, const char *op) {
-    if (n_seqs < 0 || T < 0 || Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0 || D <= 0 || D > 256 || page_size <= 0 ||
-        max_pages <= 0)
-        DK_ABORT("%s: bad shape n_seqs=%d T=%d Hq=%d Hkv=%d D=%d page_size=%d max_pages=%d (CUDA: D <= 256)", op,
-                 n_seqs, T, Hq, Hkv, D, page_size, max_pages);
-}
-
 /* The decode kernel's launch: its warps and splits (one cluster a token and
  * KV head, merged on chip: no scratch, no second kernel). */
 static void launch_decode(ops_ctx *ctx, pa_args &a, int max_ctx) {
     int nw = 4;
-    int nsplit = cuda_paged_decode_plan(ctx, a.T, a.Hkv, a.D, a.G, max_ctx, a.qkv != NULL, &nw);
+    int nsplit = cuda_paged_decode_plan(ctx, a.T, a.Hkv, a.D, a.G, max_ctx, &nw);
     a.chunk = split_chunk(max_ctx, cuda_paged_decode_chunk_align(a.D, nw), &nsplit);
     a.nsplit = nsplit;
     cuda_paged_decode_launch(ctx, &a, nw);
@@ -564,7 +557,11 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
                                      const int32_t *block_table, int max_pages, const int32_t *ctx_lens,
                                      const int32_t *cu_q, int n_seqs, int T, int Hq, int Hkv, int D, int page_size,
                                      float scale) {
-    check_shape(n_seqs, T, Hq, Hkv, D, page_size, max_pages, "ops_paged_attention");
+    if (n_seqs < 0 || T < 0 || Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0 || D <= 0 || D > 256 || page_size <= 0 ||
+        max_pages <= 0)
+        DK_ABORT("ops_paged_attention: bad shape n_seqs=%d T=%d Hq=%d Hkv=%d D=%d page_size=%d max_pages=%d "
+                 "(CUDA: D <= 256)",
+                 n_seqs, T, Hq, Hkv, D, page_size, max_pages);
     if (T == 0) return;
     cudaStream_t st = ctx_stream(ctx);
     if (n_seqs == 0) {
@@ -616,38 +613,6 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         CUDA_LAUNCH_CHECK();
     }
     if (nsplit > 1) launch_merge(st, a);
-}
-
-extern "C" void cuda_decode_attention(ops_ctx *ctx, void *out, void *q_out, void *k_cache, void *v_cache,
-                                      const void *qkv, const void *q_norm_w, const void *k_norm_w, const int32_t *pos,
-                                      const int32_t *slot_mapping, const int32_t *block_table, int max_pages,
-                                      const int32_t *ctx_lens, const int32_t *cu_q, int T, int Hq, int Hkv, int D,
-                                      int page_size, float scale, float eps, float theta) {
-    check_shape(T, T, Hq, Hkv, D, page_size, max_pages, "ops_decode_attention");
-    if (!q_norm_w != !k_norm_w) DK_ABORT("ops_decode_attention: q_norm_w and k_norm_w must be both set or both NULL");
-    if (T == 0) return;
-    const bool one = (D == 32 || D == 64 || D == 128 || D == 256) && cuda_paged_decode_fits(D, Hq / Hkv) &&
-                     is_aligned16(qkv) && is_aligned16(q_out) && is_aligned16(k_cache) && is_aligned16(v_cache) &&
-                     is_aligned16(out) && (!q_norm_w || (is_aligned16(q_norm_w) && is_aligned16(k_norm_w))) &&
-                     (pa_kind_forced == PA_KERNEL_AUTO || pa_kind_forced == PA_KERNEL_DECODE);
-    if (!one) { /* the two ops in turn */
-        cuda_qkv_to_cache(ctx, q_out, k_cache, v_cache, qkv, q_norm_w, k_norm_w, pos, slot_mapping, T, Hq, Hkv, D, eps,
-                          theta);
-        cuda_paged_attention(ctx, out, q_out, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, T, T, Hq, Hkv,
-                             D, page_size, scale);
-        return;
-    }
-    pa_args a = pa_args_for(out, NULL, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, T, T, Hq, Hkv, D,
-                            page_size, scale);
-    a.qkv = (const bf16 *)qkv;
-    a.qn = (const bf16 *)q_norm_w;
-    a.kn = (const bf16 *)k_norm_w;
-    a.pos = pos;
-    a.slots = slot_mapping;
-    a.q_out = (bf16 *)q_out;
-    a.eps = eps;
-    a.theta = theta;
-    launch_decode(ctx, a, max_pages * page_size);
 }
 
 extern "C" void cuda_paged_attention_force(int kind) {

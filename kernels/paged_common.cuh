@@ -14,13 +14,6 @@ struct pa_args {
     float *part_o, *part_lse; /* [nsplit, T, Hq, D], [nsplit, T, Hq] when nsplit > 1 */
     int max_pages, n_seqs, T, Hq, Hkv, G, D, page_size, chunk, nsplit;
     float scale_log2; /* scale * log2(e) */
-    /* ops_decode_attention (decode kernel, qkv != NULL): the raw [T, q | k |
-     * v] rows, the q/k norm weights (NULL: none), positions and cache slots;
-     * the normed, rotated q goes to q_out, k and v to the caches. */
-    const bf16 *qkv, *qn, *kn;
-    const int32_t *pos, *slots;
-    bf16 *q_out;
-    float eps, theta;
 };
 
 /* The sequence holding token t (cu_q[s] <= t < cu_q[s + 1]); n_seqs for a
@@ -37,11 +30,11 @@ __device__ __forceinline__ int pa_seq_of(const pa_args &a, int t) {
 
 /* paged_decode.cu: whether it serves head dim D with G query heads per KV
  * head; the warps a CTA (*nw) and the context splits (the return) of a
- * launch over T tokens (qkv: the ops_decode_attention kernel); the multiple
+ * launch over T tokens; the multiple
  * of keys a split's chunk is rounded to; the launch itself (grid T * Hkv by
  * a->nsplit, one cluster a (token, KV head) when split). */
 int cuda_paged_decode_fits(int D, int G);
-int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int qkv, int *nw);
+int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw);
 int cuda_paged_decode_chunk_align(int D, int nw);
 void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw);
 

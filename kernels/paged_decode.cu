@@ -1,10 +1,9 @@
 /* paged_decode.cu: the few-queries side of ops_paged_attention on the CUDA
- * backend (decode steps: one new token per sequence), and the whole of
- * ops_decode_attention. paged_attention.cu's tensor-core kernel fills
- * 16-row mma tiles with the G query heads of one token (two of sixteen
- * rows at G = 2) and needs 64 KB of shared memory per CTA, so a decode
- * batch leaves it a wave and a fraction of fat CTAs and far less than the
- * copy rate. Here the unit of work is one warp:
+ * backend (decode steps: one new token per sequence). paged_attention.cu's
+ * tensor-core kernel fills 16-row mma tiles with the G query heads of one
+ * token (two of sixteen rows at G = 2) and needs 64 KB of shared memory per
+ * CTA, so a decode batch leaves it a wave and a fraction of fat CTAs and
+ * far less than the copy rate. Here the unit of work is one warp:
  *
  * A CTA of NW warps serves (token t, KV head g, split x); its warps take
  * turns over the split's keys, U rows per lane at a time. A key row of D
@@ -21,16 +20,9 @@
  * order through distributed shared memory and writes the output. A merge
  * through global memory (partials, a fence, an arrival counter, the last
  * CTA's reads) was a chain of L2 round trips that cost a batch-1 decode
- * layer more than the attention itself. At most PD_MAX_SPLIT splits (the
+ * layer more than the attention itself (on an H200 the op alone went from
+ * 11.0 to 5.7 us at batch 1, 1k context). At most PD_MAX_SPLIT splits (the
  * largest cluster), so long contexts give each warp several steps.
- *
- * With qkv (ops_decode_attention: token t is sequence t's only query) the
- * kernel also does ops_qkv_to_cache's work: each CTA norms and rotates the
- * q heads of its group from the raw q|k|v row (a key slot's D/8 lanes hold
- * a head, the rotation partner of lane part is part ^ D/16), and the CTA
- * whose split holds the new token's key computes it, caches k and v and
- * reads that row from shared memory. A decode layer loses a kernel and its
- * boundary; the angles and norm weights are read before the wait.
  *
  * Any query count per sequence is served correctly (each token has its own
  * causal end), but keys are re-read per token, so the host picks this
@@ -55,34 +47,7 @@ struct pd_unroll {
     static constexpr int U = GM <= 2 ? 4 : 2;
 };
 
-/* RMSNorm (norm: with weights w) then the rotation of one head whose D
- * dims lie 8 a lane over LPK = D/8 lanes, this lane's dims at part * 8;
- * cs and sn are this lane's angles. The arithmetic of qkv_to_cache.cu:
- * (x * r) * w rounded to bf16, then the rotated value rounded once. */
-template <int LPK>
-__device__ __forceinline__ void pd_norm_rope(float x[8], const float w[8], const float cs[8], const float sn[8],
-                                             bool norm, float eps, int part) {
-    if (norm) {
-        float ss = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) ss = fmaf(x[e], x[e], ss);
-#pragma unroll
-        for (int o = LPK >> 1; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        const float r = 1.0f / sqrtf(ss / (float)(LPK * 8) + eps);
-#pragma unroll
-        for (int e = 0; e < 8; e++) x[e] = __bfloat162float(__float2bfloat16_rn((x[e] * r) * w[e]));
-    }
-    const bool lo = part < LPK / 2; /* first half: a * cos - b * sin; second: b * cos + a * sin */
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        const float y = __shfl_xor_sync(0xffffffffu, x[e], LPK / 2);
-        x[e] = lo ? x[e] * cs[e] - y * sn[e] : x[e] * cs[e] + y * sn[e];
-    }
-#pragma unroll
-    for (int e = 0; e < 8; e++) x[e] = __bfloat162float(__float2bfloat16_rn(x[e]));
-}
-
-template <int D, int GM, int NW, bool QKV>
+template <int D, int GM, int NW>
 __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     constexpr int LPK = D / 8;          /* lanes per key row */
     constexpr int KPL = 32 / LPK;       /* keys per warp-wide load */
@@ -90,22 +55,20 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     constexpr int KPS = KPL * U;        /* keys per warp step */
     __shared__ float sh_o[NW][GM][D];   /* sh_o[0] then holds the CTA's output for the cluster merge */
     __shared__ float sh_ml[NW][GM][2];
-    __shared__ float cl_ml[GM][2];               /* the CTA's (max, sum) for the cluster merge */
-    __shared__ __align__(16) bf16 sh_new[2][D]; /* QKV: the new token's k and v row of head g */
-    __shared__ float sh_cs[QKV ? D / 2 : 1], sh_sn[QKV ? D / 2 : 1]; /* QKV: the token's angles */
+    __shared__ float cl_ml[GM][2]; /* the CTA's (max, sum) for the cluster merge */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / LPK, part = lane % LPK;
     const int t = blockIdx.x / a.Hkv, g = blockIdx.x % a.Hkv, split = blockIdx.y;
     const int G = a.G;
     /* Before pdl_wait this kernel reads only what no kernel of the step
-     * writes: the step's metadata (uploaded before its first kernel), the
-     * K/V rows of earlier tokens and the norm weights. So the sequence
-     * lookup, the block table, the first step of old keys and the angles
-     * are in flight or done while the kernel before still runs; at batch 1
-     * they are most of this kernel's chain of dependent loads. */
-    const int s = QKV ? t : pa_seq_of(a, t);
-    if (s >= a.n_seqs) { /* padding token (never with qkv): zero; the cluster returns as one */
+     * writes: the step's metadata (uploaded before its first kernel) and
+     * the K/V rows of earlier tokens. So the sequence lookup, the block
+     * table and the first step of old keys are in flight while the kernel
+     * before (qkv_to_cache) still runs; at batch 1 they are most of this
+     * kernel's chain of dependent loads. */
+    const int s = pa_seq_of(a, t);
+    if (s >= a.n_seqs) { /* padding token: zero; the cluster (same t and g) returns as one */
         pdl_wait();
         pdl_launch_dependents();
         if (split == 0)
@@ -113,18 +76,16 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
                 a.out[((size_t)t * a.Hq + (size_t)g * G) * D + i] = __float2bfloat16_rn(0.0f);
         return;
     }
-    const int nq = QKV ? 1 : a.cu_q[s + 1] - a.cu_q[s], i = QKV ? 0 : t - a.cu_q[s];
+    const int nq = a.cu_q[s + 1] - a.cu_q[s], i = t - a.cu_q[s];
     const int row_end = a.ctx_lens[s] - nq + i + 1;
     const int k_begin = split * a.chunk, k_end = min(k_begin + a.chunk, row_end);
     const int fresh = a.ctx_lens[s] - nq; /* keys from here on are this step's, written by the kernel before */
-    const bool has_new = QKV && k_begin <= fresh && fresh < k_end; /* this CTA computes and caches the new key */
     const size_t tok_stride = (size_t)a.Hkv * D, head_off = (size_t)g * D + (size_t)part * 8;
     const int32_t *pages = a.bt + (size_t)s * a.max_pages;
     uint4 kr[U], vr[U];
     bool ok[U];
     /* A warp step's rows start at key k0: clear_rows marks which hold keys
-     * and zeroes them, load_rows loads those among them in [lo, hi) (with
-     * qkv the new key from shared memory). */
+     * and zeroes them, load_rows loads those among them in [lo, hi). */
     auto clear_rows = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -137,15 +98,10 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
         for (int u = 0; u < U; u++) {
             const int p = k0 + u * KPL + sub;
             if (ok[u] && p >= lo && p < hi) {
-                if (QKV && p == fresh) {
-                    kr[u] = *(const uint4 *)&sh_new[0][part * 8];
-                    vr[u] = *(const uint4 *)&sh_new[1][part * 8];
-                } else {
-                    const size_t off =
-                        ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
-                    kr[u] = ld_stream(a.kc + off);
-                    vr[u] = ld_stream(a.vc + off);
-                }
+                const size_t off =
+                    ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
+                kr[u] = ld_stream(a.kc + off);
+                vr[u] = ld_stream(a.vc + off);
             }
         }
     };
@@ -153,87 +109,23 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     clear_rows(k_first);
     load_rows(k_first, 0, fresh);
 
-    /* With qkv: the token's D/2 angles, one a thread into shared memory
-     * (each lane needs 8, pairs i and i + D/2 share them; a lane computing
-     * its own made every CTA do 16 times the sines), and this lane's norm
-     * weights, before the wait. */
-    float cs[8], sn[8], wq[8], wk[8];
-    if (QKV) {
-        for (int d = threadIdx.x; d < D / 2; d += NW * 32)
-            sincosf((float)a.pos[t] * rope_inv_freq_at(d, D, a.theta), &sh_sn[d], &sh_cs[d]);
-        __syncthreads();
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            const int d = part * 8 + e;
-            cs[e] = sh_cs[d % (D / 2)], sn[e] = sh_sn[d % (D / 2)];
-            wq[e] = a.qn ? __bfloat162float(a.qn[d]) : 1.0f;
-            wk[e] = a.kn && has_new ? __bfloat162float(a.kn[d]) : 1.0f;
-        }
-    }
-    pdl_wait(); /* q and the new tokens' K/V (or the q|k|v rows) are the kernel before's output */
+    pdl_wait(); /* q and the new tokens' K/V are the kernel before's output */
     pdl_launch_dependents();
+
+    load_rows(k_first, fresh, k_end);
 
     /* This lane's 8 dims of each query head of the group, pre-scaled. */
     float qf[GM][8];
-    if (QKV) {
-        const bf16 *row = a.qkv + (size_t)t * (a.Hq + 2 * a.Hkv) * D;
-        uint4 raw[GM], kraw = make_uint4(0u, 0u, 0u, 0u), vraw = kraw;
 #pragma unroll
-        for (int j = 0; j < GM; j++)
-            raw[j] = j < G ? *(const uint4 *)(row + ((size_t)g * G + j) * D + part * 8) : make_uint4(0u, 0u, 0u, 0u);
-        if (has_new && warp == 0) {
-            kraw = *(const uint4 *)(row + ((size_t)a.Hq + g) * D + part * 8);
-            vraw = *(const uint4 *)(row + ((size_t)a.Hq + a.Hkv + g) * D + part * 8);
-        }
-        if (has_new) {
-            if (warp == 0) { /* every key slot computes it; slot 0 stores */
-                float kx[8];
-                bf16x8_to_f32(kraw, kx);
-                pd_norm_rope<LPK>(kx, wk, cs, sn, a.kn != NULL, a.eps, part);
-                if (sub == 0) {
-                    __align__(16) bf16 kb[8];
+    for (int j = 0; j < GM; j++) {
+        if (j < G) {
+            const bf16 *qr = a.q + ((size_t)t * a.Hq + (size_t)g * G + j) * D + part * 8;
+            bf16x8_to_f32(*(const uint4 *)qr, qf[j]);
 #pragma unroll
-                    for (int e = 0; e < 8; e++) kb[e] = __float2bfloat16_rn(kx[e]);
-                    *(uint4 *)&sh_new[0][part * 8] = *(const uint4 *)kb;
-                    *(uint4 *)&sh_new[1][part * 8] = vraw;
-                    const int slot = a.slots[t];
-                    if (slot >= 0) {
-                        const size_t off = ((size_t)slot * a.Hkv + g) * D + part * 8;
-                        *(uint4 *)((bf16 *)a.kc + off) = *(const uint4 *)kb; /* the caches are the op's output */
-                        *(uint4 *)((bf16 *)a.vc + off) = vraw;
-                    }
-                }
-            }
-            __syncthreads(); /* the new row in sh_new (has_new is the same for the whole CTA) */
-        }
+            for (int e = 0; e < 8; e++) qf[j][e] *= a.scale_log2;
+        } else {
 #pragma unroll
-        for (int j = 0; j < GM; j++) {
-            float x[8];
-            bf16x8_to_f32(raw[j], x);
-            if (j < G) pd_norm_rope<LPK>(x, wq, cs, sn, a.qn != NULL, a.eps, part);
-            if (j < G && split == 0 && warp == 0 && sub == 0) {
-                __align__(16) bf16 qb[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) qb[e] = __float2bfloat16_rn(x[e]);
-                *(uint4 *)(a.q_out + ((size_t)t * a.Hq + (size_t)g * G + j) * D + part * 8) = *(const uint4 *)qb;
-            }
-#pragma unroll
-            for (int e = 0; e < 8; e++) qf[j][e] = j < G ? x[e] * a.scale_log2 : 0.0f;
-        }
-        load_rows(k_first, fresh, k_end);
-    } else {
-        load_rows(k_first, fresh, k_end);
-#pragma unroll
-        for (int j = 0; j < GM; j++) {
-            if (j < G) {
-                const bf16 *qr = a.q + ((size_t)t * a.Hq + (size_t)g * G + j) * D + part * 8;
-                bf16x8_to_f32(*(const uint4 *)qr, qf[j]);
-#pragma unroll
-                for (int e = 0; e < 8; e++) qf[j][e] *= a.scale_log2;
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; e++) qf[j][e] = 0.0f;
-            }
+            for (int e = 0; e < 8; e++) qf[j][e] = 0.0f;
         }
     }
     float m[GM], l[GM], o[GM][8];
@@ -391,31 +283,27 @@ typedef void (*pd_kernel)(pa_args);
 /* Warps a CTA: 8 where the warp states fit the static shared memory. */
 static bool pd_wide_fits(int D, int GM) { return (size_t)8 * GM * D * sizeof(float) <= 32768; }
 
-template <int D, int GM, bool QKV>
+template <int D, int GM>
 static pd_kernel kernel_for_nw(int nw) {
     if constexpr ((size_t)8 * GM * D * sizeof(float) <= 32768) {
-        if (nw == 8) return paged_decode<D, GM, 8, QKV>;
+        if (nw == 8) return paged_decode<D, GM, 8>;
     }
-    return paged_decode<D, GM, 4, QKV>;
+    return paged_decode<D, GM, 4>;
 }
-template <int D, bool QKV>
+template <int D>
 static pd_kernel kernel_for_g(int G, int nw) {
-    if (G <= 1) return kernel_for_nw<D, 1, QKV>(nw);
-    if (G <= 2) return kernel_for_nw<D, 2, QKV>(nw);
-    if (G <= 4) return kernel_for_nw<D, 4, QKV>(nw);
-    return kernel_for_nw<D, 8, QKV>(nw);
+    if (G <= 1) return kernel_for_nw<D, 1>(nw);
+    if (G <= 2) return kernel_for_nw<D, 2>(nw);
+    if (G <= 4) return kernel_for_nw<D, 4>(nw);
+    return kernel_for_nw<D, 8>(nw);
 }
-template <bool QKV>
-static pd_kernel kernel_for_q(int D, int G, int nw) {
+static pd_kernel kernel_for(int D, int G, int nw) {
     switch (D) {
-    case 32: return kernel_for_g<32, QKV>(G, nw);
-    case 64: return kernel_for_g<64, QKV>(G, nw);
-    case 128: return kernel_for_g<128, QKV>(G, nw);
-    default: return kernel_for_g<256, QKV>(G, nw);
+    case 32: return kernel_for_g<32>(G, nw);
+    case 64: return kernel_for_g<64>(G, nw);
+    case 128: return kernel_for_g<128>(G, nw);
+    default: return kernel_for_g<256>(G, nw);
     }
-}
-static pd_kernel kernel_for(int D, int G, int nw, bool qkv) {
-    return qkv ? kernel_for_q<true>(D, G, nw) : kernel_for_q<false>(D, G, nw);
 }
 static int g_max(int G) { return G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : 8; }
 
@@ -463,10 +351,10 @@ extern "C" void cuda_paged_decode_force(int nw, int nsplit) { forced_nw = nw, fo
 /* Warps a CTA and splits: the most warps in flight that one wave holds.
  * Each split gets at least one step of keys a warp; a batch that already
  * fills the GPU is not split. */
-int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int qkv, int *nw) {
+int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw) {
     if (forced_nw == 4 || (forced_nw == 8 && pd_wide_fits(D, g_max(G)))) {
         *nw = forced_nw;
-        const int cap = pd_cluster_max(ctx, kernel_for(D, G, forced_nw, qkv != 0), forced_nw);
+        const int cap = pd_cluster_max(ctx, kernel_for(D, G, forced_nw), forced_nw);
         return forced_splits < 1 ? 1 : forced_splits > cap ? cap : forced_splits;
     }
     const long units = T * Hkv;
@@ -474,7 +362,7 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
     long best_warps = -1;
     for (int w = 8; w >= 4; w -= 4) {
         if (w == 8 && !pd_wide_fits(D, g_max(G))) continue;
-        const pd_kernel k = kernel_for(D, G, w, qkv != 0);
+        const pd_kernel k = kernel_for(D, G, w);
         const long slots = (long)cuda_sm_count(ctx) * cuda_kernel_per_sm(ctx, (const void *)k, w * 32, 0);
         const long step = (long)w * (32 / (D / 8)) * (g_max(G) <= 2 ? 4 : 2); /* keys a CTA step (pd_unroll) */
         long n = slots / units;
@@ -493,7 +381,7 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
 int cuda_paged_decode_chunk_align(int D, int nw) { return nw * (32 / (D / 8)) * 2; }
 
 void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw) {
-    const pd_kernel k = kernel_for(a->D, a->G, nw, a->qkv != NULL);
+    const pd_kernel k = kernel_for(a->D, a->G, nw);
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
     int n = 0;

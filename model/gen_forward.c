@@ -73,22 +73,14 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
     if (!st->fresh && T <= GEN_FUSED_QKV_TOKENS) {
         /* Decode and short continuations: the norm and one matmul into
          * [T, q | k | v] rows, then one op norms and rotates q and k and
-         * caches k and v, and the attention (one op with it at one token a
-         * sequence, every sequence holding at least one). */
+         * caches k and v. */
         char *rows = T == 1 ? f->qkv : f->qkv_fused;
         ops_rmsnorm_matmul(ctx, rows, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
         if (c->qkv_bias) ops_bias_forward(ctx, rows, W(P_BQ), T, Q + 2 * KV);
-        const void *qn = c->qk_norm ? W(P_Q_NORM) : NULL, *kn = c->qk_norm ? W(P_K_NORM) : NULL;
-        if (T == st->n_seqs) { /* a token a sequence: the decode op does both */
-            ops_decode_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], rows, qn, kn, st->pos, st->slots,
-                                 st->block_table, st->max_pages, st->ctx_lens, st->cu_q, T, Hq, Hkv, D,
-                                 f->kv->page_size, scale, eps, c->rope_theta);
-        } else {
-            ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], rows, qn, kn, st->pos, st->slots, T, Hq, Hkv, D,
-                             eps, c->rope_theta);
-            ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
-                                st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale);
-        }
+        ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], rows, c->qk_norm ? W(P_Q_NORM) : NULL,
+                         c->qk_norm ? W(P_K_NORM) : NULL, st->pos, st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
+        ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
+                            st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale);
         ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
         if (c->o_bias) ops_bias_forward(ctx, f->x, W(P_BO), T, C);
         return;

@@ -30,7 +30,7 @@
  *
  * 5. the decode step's critical path at batch 1: the layers' kernels replayed
  *    as one graph with each op left out in turn (what it adds to the step
- *    once kernels overlap), and with the attention as two ops.
+ *    once kernels overlap), and with the attention kernel's plans pinned.
  *
  * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] [--chain]
  * (--chain: section 5 alone) */
@@ -234,13 +234,10 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
         TIME("(matmul q alone)", 0, 2.0 * Q * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WQ), B, Q, C, 0, 1, 1.0f, 0.0f));
         TIME("(matmul k alone)", 0, 2.0 * KV * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WK), B, KV, C, 0, 1, 1.0f, 0.0f));
     }
-    TIME("(qkv_to_cache alone)", 0, 2.0 * B * (2 * Q + 4 * KV),
+    TIME("qkv_to_cache (norm, rope, kv)", L, 2.0 * B * (2 * Q + 4 * KV),
          ops_qkv_to_cache(ctx, qk, kv.k[0], kv.v[0], fused, WL(P_Q_NORM), WL(P_K_NORM), d_pos, d_slot, B, Hq, Hkv, D,
                           1e-6f, 1e6f));
-    TIME("decode_attention (both in one)", L, 4.0 * B * ctx_len * KV,
-         ops_decode_attention(ctx, att, qk, kv.k[0], kv.v[0], fused, WL(P_Q_NORM), WL(P_K_NORM), d_pos, d_slot, d_bt,
-                              pages_per, d_lens, d_cu, B, Hq, Hkv, D, P, 0.0883883f, 1e-6f, 1e6f));
-    TIME("(paged_attention alone)", 0, 4.0 * B * ctx_len * KV,
+    TIME("paged_attention", L, 4.0 * B * ctx_len * KV,
          ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
                              0.0883883f));
     /* The tensor-core kernel the op picks for continuation prefills, on the
@@ -297,14 +294,13 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
  * time lost without it, which a per-op time taken alone does not show once
  * kernels overlap (programmatic dependent launch). The numbers the ops then
  * compute are not used. */
-enum { CH_QKV, CH_ATTN, CH_O, CH_GATE_UP, CH_DOWN, CH_OPS };
-static const char *const ch_names[CH_OPS] = {"rmsnorm + q|k|v", "decode_attention", "matmul o",
-                                             "rmsnorm + gate|up + swiglu", "matmul down"};
+enum { CH_QKV, CH_TO_CACHE, CH_ATTN, CH_O, CH_GATE_UP, CH_DOWN, CH_OPS };
+static const char *const ch_names[CH_OPS] = {"rmsnorm + q|k|v", "qkv_to_cache", "paged_attention",
+                                             "matmul o", "rmsnorm + gate|up + swiglu", "matmul down"};
 typedef struct {
     model *m;
     decode_step *d;
     unsigned skip; /* bit i: leave out op i */
-    int two_ops;   /* the attention as qkv_to_cache then paged_attention */
 } chain;
 
 static void chain_run(void *user) {
@@ -321,17 +317,13 @@ static void chain_run(void *user) {
 #define W(t) param_layer_ptr(&m->params, &m->layout, l, t)
         if (!(ch->skip & 1u << CH_QKV))
             ops_rmsnorm_matmul(ctx, f->qkv, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
-        const float scale = 1.0f / sqrtf((float)D);
-        if (!(ch->skip & 1u << CH_ATTN) && ch->two_ops) {
+        if (!(ch->skip & 1u << CH_TO_CACHE))
             ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], f->qkv, W(P_Q_NORM), W(P_K_NORM), st->pos,
                              st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
+        if (!(ch->skip & 1u << CH_ATTN))
             ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
-                                st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale);
-        } else if (!(ch->skip & 1u << CH_ATTN)) {
-            ops_decode_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], f->qkv, W(P_Q_NORM), W(P_K_NORM),
-                                 st->pos, st->slots, st->block_table, st->max_pages, st->ctx_lens, st->cu_q, T, Hq,
-                                 Hkv, D, f->kv->page_size, scale, eps, c->rope_theta);
-        }
+                                st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size,
+                                1.0f / sqrtf((float)D));
         if (!(ch->skip & 1u << CH_O)) ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
         if (!(ch->skip & 1u << CH_GATE_UP))
             ops_rmsnorm_matmul_swiglu(ctx, f->h, f->gu, f->ln, f->x, W(P_MLP_NORM), W(P_W_GATE_UP), T, I, C, eps);
@@ -376,17 +368,10 @@ static void chain_table(model *m, int B, int ctx_len) {
     for (int i = 0; i < 5; i++) {
         cuda_paged_decode_force(plans[i][0], plans[i][1]);
         const double t = chain_time(&ch);
-        printf("  decode_attention pinned to %d warps a CTA, %2d splits: %.3f ms (%.1f us a layer)\n", plans[i][0],
+        printf("  paged_attention pinned to %d warps a CTA, %2d splits: %.3f ms (%.1f us a layer)\n", plans[i][0],
                plans[i][1], t, t / m->cfg.n_layers * 1e3);
     }
     cuda_paged_decode_force(0, 0);
-    ch.two_ops = 1;
-    {
-        const double t = chain_time(&ch);
-        printf("  the attention as qkv_to_cache then paged_attention: %.3f ms (%.1f us a layer)\n", t,
-               t / m->cfg.n_layers * 1e3);
-    }
-    ch.two_ops = 0;
     decode_step_free(&d, m);
 }
 
