@@ -262,20 +262,35 @@ int cuda_pdl_enabled(void);
 #define CUDA_PDL_MAX_ROWS 8
 static inline int cuda_pdl_rows(long rows) { return rows <= CUDA_PDL_MAX_ROWS && cuda_pdl_enabled(); }
 
+/* cluster_y > 1: the grid's blocks form clusters of cluster_y along y
+ * (above 8 the kernel must allow non-portable cluster sizes). */
 template <typename... KArgs, typename... Args>
-static inline void cuda_launch_pdl(cudaStream_t st, int pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
-                                   size_t smem, Args... args) {
+static inline void cuda_launch_pdl_cluster(cudaStream_t st, int pdl, int cluster_y, void (*kernel)(KArgs...),
+                                           dim3 grid, dim3 block, size_t smem, Args... args) {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_y > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = (unsigned)cluster_y, attr[n++].val.clusterDim.z = 1;
+    }
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = n;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+template <typename... KArgs, typename... Args>
+static inline void cuda_launch_pdl(cudaStream_t st, int pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                                   size_t smem, Args... args) {
+    cuda_launch_pdl_cluster(st, pdl, 1, kernel, grid, block, smem, args...);
 }
 
 /* The column sums run behind the kernel that writes the partials, which

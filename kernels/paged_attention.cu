@@ -518,31 +518,6 @@ static int choose_splits(long units, int slots, int max_ctx, int max_split) {
     return best;
 }
 
-/* The argument block of a call, without the kernel's choices. */
-static pa_args pa_args_for(void *out, const void *q, const void *k_cache, const void *v_cache,
-                           const int32_t *block_table, int max_pages, const int32_t *ctx_lens, const int32_t *cu_q,
-                           int n_seqs, int T, int Hq, int Hkv, int D, int page_size, float scale) {
-    pa_args a;
-    memset(&a, 0, sizeof a);
-    a.out = (bf16 *)out;
-    a.q = (const bf16 *)q;
-    a.kc = (const bf16 *)k_cache;
-    a.vc = (const bf16 *)v_cache;
-    a.bt = block_table;
-    a.ctx_lens = ctx_lens;
-    a.cu_q = cu_q;
-    a.max_pages = max_pages;
-    a.n_seqs = n_seqs;
-    a.T = T;
-    a.Hq = Hq;
-    a.Hkv = Hkv;
-    a.G = Hq / Hkv;
-    a.D = D;
-    a.page_size = page_size;
-    a.scale_log2 = scale * 1.4426950408889634f;
-    return a;
-}
-
 /* The decode kernel's launch: its warps and splits (one cluster a token and
  * KV head, merged on chip: no scratch, no second kernel). */
 static void launch_decode(ops_ctx *ctx, pa_args &a, int max_ctx) {
@@ -568,8 +543,24 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)T * Hq * D * sizeof(bf16), st));
         return;
     }
-    pa_args a = pa_args_for(out, q, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, n_seqs, T, Hq, Hkv, D,
-                            page_size, scale);
+    pa_args a;
+    memset(&a, 0, sizeof a); /* no partials unless split below */
+    a.out = (bf16 *)out;
+    a.q = (const bf16 *)q;
+    a.kc = (const bf16 *)k_cache;
+    a.vc = (const bf16 *)v_cache;
+    a.bt = block_table;
+    a.ctx_lens = ctx_lens;
+    a.cu_q = cu_q;
+    a.max_pages = max_pages;
+    a.n_seqs = n_seqs;
+    a.T = T;
+    a.Hq = Hq;
+    a.Hkv = Hkv;
+    a.G = Hq / Hkv;
+    a.D = D;
+    a.page_size = page_size;
+    a.scale_log2 = scale * 1.4426950408889634f;
     const bool vec = (D == 32 || D == 64 || D == 128 || D == 256) && is_aligned16(q) && is_aligned16(k_cache) &&
                      is_aligned16(v_cache) && is_aligned16(out);
     /* Few query rows per sequence (decode: G rows of one token) leave most

@@ -42,16 +42,16 @@ namespace cg = cooperative_groups;
 
 /* Rows per lane per step: fewer for wide groups, whose q and output
  * registers would otherwise cost occupancy. */
-template <int GM>
-struct pd_unroll {
-    static constexpr int U = GM <= 2 ? 4 : 2;
-};
+__host__ __device__ constexpr int pd_unroll(int GM) { return GM <= 2 ? 4 : 2; }
+
+/* Whether 8-warp CTAs fit: their warp states in static shared memory. */
+__host__ __device__ constexpr bool pd_wide_fits(int D, int GM) { return 8 * GM * D * (int)sizeof(float) <= 32768; }
 
 template <int D, int GM, int NW>
 __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     constexpr int LPK = D / 8;          /* lanes per key row */
     constexpr int KPL = 32 / LPK;       /* keys per warp-wide load */
-    constexpr int U = pd_unroll<GM>::U; /* loads per lane per step */
+    constexpr int U = pd_unroll(GM);    /* loads per lane per step */
     constexpr int KPS = KPL * U;        /* keys per warp step */
     __shared__ float sh_o[NW][GM][D];   /* sh_o[0] then holds the CTA's output for the cluster merge */
     __shared__ float sh_ml[NW][GM][2];
@@ -280,12 +280,9 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
 
 typedef void (*pd_kernel)(pa_args);
 
-/* Warps a CTA: 8 where the warp states fit the static shared memory. */
-static bool pd_wide_fits(int D, int GM) { return (size_t)8 * GM * D * sizeof(float) <= 32768; }
-
 template <int D, int GM>
 static pd_kernel kernel_for_nw(int nw) {
-    if constexpr ((size_t)8 * GM * D * sizeof(float) <= 32768) {
+    if constexpr (pd_wide_fits(D, GM)) {
         if (nw == 8) return paged_decode<D, GM, 8>;
     }
     return paged_decode<D, GM, 4>;
@@ -364,7 +361,7 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
         if (w == 8 && !pd_wide_fits(D, g_max(G))) continue;
         const pd_kernel k = kernel_for(D, G, w);
         const long slots = (long)cuda_sm_count(ctx) * cuda_kernel_per_sm(ctx, (const void *)k, w * 32, 0);
-        const long step = (long)w * (32 / (D / 8)) * (g_max(G) <= 2 ? 4 : 2); /* keys a CTA step (pd_unroll) */
+        const long step = (long)w * (32 / (D / 8)) * pd_unroll(g_max(G)); /* keys a CTA step */
         long n = slots / units;
         const long most = (max_ctx + step - 1) / step, cap = pd_cluster_max(ctx, k, w);
         if (n > most) n = most;
@@ -382,23 +379,10 @@ int cuda_paged_decode_chunk_align(int D, int nw) { return nw * (32 / (D / 8)) * 
 
 void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw) {
     const pd_kernel k = kernel_for(a->D, a->G, nw);
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[2];
-    int n = 0;
-    if (cuda_pdl_rows(a->T)) {
-        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n++].val.programmaticStreamSerializationAllowed = 1;
-    }
     if (a->nsplit > 1) {
-        if (a->nsplit > pd_cluster_max(ctx, k, nw))
-            DK_ABORT("paged_decode: %d splits exceed the cluster size %d", a->nsplit, pd_cluster_max(ctx, k, nw));
-        attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = (unsigned)a->nsplit, attr[n++].val.clusterDim.z = 1;
+        const int cap = pd_cluster_max(ctx, k, nw);
+        if (a->nsplit > cap) DK_ABORT("paged_decode: %d splits exceed the cluster size %d", a->nsplit, cap);
     }
-    cfg.gridDim = dim3((unsigned)((long)a->T * a->Hkv), (unsigned)a->nsplit);
-    cfg.blockDim = dim3((unsigned)nw * 32);
-    cfg.stream = ctx_stream(ctx);
-    cfg.attrs = attr;
-    cfg.numAttrs = (unsigned)n;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, *a));
+    cuda_launch_pdl_cluster(ctx_stream(ctx), cuda_pdl_rows(a->T), a->nsplit, k,
+                            dim3((unsigned)((long)a->T * a->Hkv), (unsigned)a->nsplit), dim3((unsigned)nw * 32), 0, *a);
 }

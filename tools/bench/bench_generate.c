@@ -365,7 +365,7 @@ static void chain_table(model *m, int B, int ctx_len) {
     }
     ch.skip = 0;
     static const int plans[][2] = {{8, 16}, {4, 16}, {8, 8}, {4, 8}, {8, 4}};
-    for (int i = 0; i < 5; i++) {
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
         cuda_paged_decode_force(plans[i][0], plans[i][1]);
         const double t = chain_time(&ch);
         printf("  paged_attention pinned to %d warps a CTA, %2d splits: %.3f ms (%.1f us a layer)\n", plans[i][0],
