@@ -30,7 +30,7 @@ extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void
     if (M == 0 || N == 0) return;
     if (fused_fits(M, N, K, x, w, norm_w)) {
         gemv_args g = {c, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, N, K, K, eps, alpha, beta};
-        gemv_launch_rows<GEMV_RMSNORM, 1, false>(ctx_stream(ctx), g, M);
+        gemv_launch_rows<GEMV_RMSNORM, 1, false>(ctx, g, M);
         return;
     }
     /* rstd is not needed past the norm: scratch is free again for the matmul. */
@@ -45,7 +45,7 @@ extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void
     if (M == 0 || I == 0) return;
     if (fused_fits(M, 2 * I, K, x, w, norm_w)) {
         gemv_args g = {h, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, I, K, K, eps, 1.0f, 0.0f};
-        gemv_launch_rows<GEMV_RMSNORM, 2, false>(ctx_stream(ctx), g, M);
+        gemv_launch_rows<GEMV_RMSNORM, 2, false>(ctx, g, M);
         return;
     }
     cuda_rmsnorm_matmul(ctx, gu, tmp, x, norm_w, w, M, 2 * I, K, eps, 1.0f, 0.0f);

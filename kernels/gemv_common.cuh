@@ -18,7 +18,10 @@
  * product and the SwiGLU after it in one kernel, the same values as the
  * two ops in turn. No shared memory but the KS partials and no other block
  * barrier, so many warps stay resident and keep enough loads in flight.
- * Launched as a programmatic dependent launch (cuda_common.cuh). */
+ * A block walks groups of CPB columns (a grid of part of the machine,
+ * gemv_grid), and the result of a column does not depend on which block
+ * computed it. Launched as a programmatic dependent launch
+ * (cuda_common.cuh). */
 #ifndef DK_GEMV_COMMON_CUH
 #define DK_GEMV_COMMON_CUH
 
@@ -41,37 +44,55 @@ struct gemv_args {
 
 __device__ __forceinline__ float gemv_act(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
+/* Blocks a multiprocessor must hold at one row: 64 registers a
+ * thread (120 with the gate|up pair), where the loop over column groups
+ * otherwise took 72 at one row and cost a quarter of the blocks (the
+ * launch keeps half of them; gemv_grid). More rows need more (spills). */
+__host__ __device__ constexpr int gemv_min_blocks(int M, int NR) { return M > 1 ? 1 : NR == 1 ? 4 : 2; }
+
 template <int M, int PRO, int NR, int KS, bool F32OUT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
-    constexpr int CPB = GEMV_WARPS / KS; /* output columns per block */
-    __shared__ float part[KS > 1 ? GEMV_WARPS : 1][NR][M];
+__global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_rows(gemv_args p) {
+    constexpr int CPB = GEMV_WARPS / KS; /* output columns per block and group */
+    /* Two copies, used in turn by the groups a block walks: a warp may start
+     * the next group's parts while a slow warp still reads this one's. */
+    __shared__ float part[KS > 1 ? 2 : 1][KS > 1 ? GEMV_WARPS : 1][NR][M];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n = blockIdx.x * CPB + warp / KS, kp = warp % KS;
-    const bool live = n < p.N;
-    const int K = p.K, chunks = K / 8, per = (chunks + KS - 1) / KS;
+    const int K = p.K, chunks = K / 8, per = (chunks + KS - 1) / KS, kp = warp % KS;
     const int c0 = kp * per, c1 = min(chunks, c0 + per); /* this warp's chunks of K */
-    const uint4 *wr[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++) wr[r] = (const uint4 *)(p.w + ((size_t)n + (size_t)r * p.N) * K);
-    /* The first GEMV_UNROLL chunks of W's rows go in flight before the wait
-     * for the kernel before (programmatic dependent launch, decode steps):
-     * the weights are no kernel's output, and at K = 2048 that is the whole
-     * row, so the weight stream overlaps the previous kernel's tail. */
+    const int groups = (p.N + CPB - 1) / CPB;
+    /* A block walks groups blockIdx.x, + gridDim.x, ...: the launch sizes
+     * the grid to part of the machine (gemv_grid), so the next kernel's
+     * blocks are resident and loading their weights while this one still
+     * streams, and a warp starts its next column's loads as soon as its
+     * registers are free instead of a block retiring and a new one being
+     * scheduled in its place. */
+    int g = blockIdx.x, n = g * CPB + warp / KS;
     uint4 wv[NR][GEMV_UNROLL];
+    /* This warp's first batch of chunks of column n's rows (W rows n and
+     * n + N for NR = 2), zeros past c1 or for a column past N. */
+    auto load_first = [&](int col) {
 #pragma unroll
-    for (int r = 0; r < NR; r++)
+        for (int r = 0; r < NR; r++) {
+            const uint4 *wr = (const uint4 *)(p.w + ((size_t)col + (size_t)r * p.N) * K);
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int ch = c0 + lane + 32 * u;
-            wv[r][u] = live && ch < c1 ? ld_stream(wr[r] + ch) : make_uint4(0u, 0u, 0u, 0u);
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                const int ch = c0 + lane + 32 * u;
+                wv[r][u] = col < p.N && ch < c1 ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
+            }
         }
+    };
+    /* The first batch goes in flight before the wait for the kernel before
+     * (programmatic dependent launch, decode steps): the weights are no
+     * kernel's output, and at K = 2048 that is the whole row, so the weight
+     * stream overlaps the previous kernel's tail. */
+    load_first(n);
     pdl_wait();
     pdl_launch_dependents();
-    if (KS == 1 && !live) return;
+    if (KS == 1 && n >= p.N) return; /* and so is every later column of this warp */
     float rs[M];
 #pragma unroll
     for (int m = 0; m < M; m++) rs[m] = 1.0f;
-    if (PRO == GEMV_RMSNORM && live) {
+    if (PRO == GEMV_RMSNORM) {
 #pragma unroll
         for (int m = 0; m < M; m++) {
             /* GEMV_UNROLL loads in flight, then the squares in chunk order:
@@ -97,91 +118,105 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_rows(gemv_args p) {
             rs[m] = 1.0f / sqrtf(warp_sum(ss) * (1.0f / (float)K) + p.eps);
         }
     }
-    float acc[NR][M];
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-#pragma unroll
-        for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
-    for (int base = c0 + lane; live;) {
-#pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int ch = base + 32 * u;
-            if (ch >= c1) break;
-            float wf[NR][8], nw[8];
-#pragma unroll
-            for (int r = 0; r < NR; r++) bf16x8_to_f32(wv[r][u], wf[r]);
-            if (PRO == GEMV_RMSNORM) bf16x8_to_f32(__ldg((const uint4 *)p.norm_w + ch), nw);
-#pragma unroll
-            for (int m = 0; m < M; m++) {
-                float af[8];
-                bf16x8_to_f32(__ldg((const uint4 *)(p.a + (size_t)m * p.lda) + ch), af);
-                if (PRO == GEMV_RMSNORM) {
-#pragma unroll
-                    for (int j = 0; j < 8; j++) af[j] = gemv_act((af[j] * rs[m]) * nw[j]);
-                }
-#pragma unroll
-                for (int r = 0; r < NR; r++)
-#pragma unroll
-                    for (int j = 0; j < 8; j++) acc[r][m] = fmaf(wf[r][j], af[j], acc[r][m]);
-            }
-        }
-        base += 32 * GEMV_UNROLL;
-        if (base >= c1) break;
+    for (int it = 0;; it++) {
+        const bool live = n < p.N;
+        const int gn = g + gridDim.x, nn = gn * CPB + warp / KS; /* the next group's column */
+        float acc[NR][M];
 #pragma unroll
         for (int r = 0; r < NR; r++)
+#pragma unroll
+            for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
+        for (int base = c0 + lane; live;) {
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 const int ch = base + 32 * u;
-                wv[r][u] = ch < c1 ? ld_stream(wr[r] + ch) : make_uint4(0u, 0u, 0u, 0u);
+                if (ch >= c1) break;
+                float wf[NR][8], nw[8];
+#pragma unroll
+                for (int r = 0; r < NR; r++) bf16x8_to_f32(wv[r][u], wf[r]);
+                if (PRO == GEMV_RMSNORM) bf16x8_to_f32(__ldg((const uint4 *)p.norm_w + ch), nw);
+#pragma unroll
+                for (int m = 0; m < M; m++) {
+                    float af[8];
+                    bf16x8_to_f32(__ldg((const uint4 *)(p.a + (size_t)m * p.lda) + ch), af);
+                    if (PRO == GEMV_RMSNORM) {
+#pragma unroll
+                        for (int j = 0; j < 8; j++) af[j] = gemv_act((af[j] * rs[m]) * nw[j]);
+                    }
+#pragma unroll
+                    for (int r = 0; r < NR; r++)
+#pragma unroll
+                        for (int j = 0; j < 8; j++) acc[r][m] = fmaf(wf[r][j], af[j], acc[r][m]);
+                }
             }
-    }
+            base += 32 * GEMV_UNROLL;
+            if (base >= c1) break;
 #pragma unroll
-    for (int r = 0; r < NR; r++)
+            for (int r = 0; r < NR; r++) {
+                const uint4 *wr = (const uint4 *)(p.w + ((size_t)n + (size_t)r * p.N) * K);
 #pragma unroll
-        for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
-    if (KS > 1) { /* the column's KS warps add their parts in part order */
-        if (lane == 0)
-#pragma unroll
-            for (int r = 0; r < NR; r++)
-#pragma unroll
-                for (int m = 0; m < M; m++) part[warp][r][m] = acc[r][m];
-        __syncthreads();
-        if (kp != 0 || !live) return;
+                for (int u = 0; u < GEMV_UNROLL; u++) {
+                    const int ch = base + 32 * u;
+                    wv[r][u] = ch < c1 ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+        }
+        /* The registers are free: the next group's loads fly during the sums. */
+        if (gn < groups) load_first(nn);
 #pragma unroll
         for (int r = 0; r < NR; r++)
 #pragma unroll
-            for (int m = 0; m < M; m++) {
-                float s = part[warp][r][m];
-                for (int x = 1; x < KS; x++) s += part[warp + x][r][m];
-                acc[r][m] = s;
+            for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
+        bool out = live;
+        if (KS > 1) { /* the column's KS warps add their parts in part order */
+            float(*pt)[NR][M] = part[KS > 1 ? it & 1 : 0];
+            if (lane == 0)
+#pragma unroll
+                for (int r = 0; r < NR; r++)
+#pragma unroll
+                    for (int m = 0; m < M; m++) pt[warp][r][m] = acc[r][m];
+            __syncthreads();
+            out = live && kp == 0;
+            if (out)
+#pragma unroll
+                for (int r = 0; r < NR; r++)
+#pragma unroll
+                    for (int m = 0; m < M; m++) {
+                        float s = pt[warp][r][m];
+                        for (int x = 1; x < KS; x++) s += pt[warp + x][r][m];
+                        acc[r][m] = s;
+                    }
+        }
+        if (out && lane < M) {
+            /* Lane m writes row m (registers indexed by a constant per branch). */
+            float v[NR];
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                v[r] = 0.0f;
+#pragma unroll
+                for (int m = 0; m < M; m++)
+                    if (lane == m) v[r] = acc[r][m];
             }
-    }
-    if (lane < M) {
-        /* Lane m writes row m (registers indexed by a constant per branch). */
-        float v[NR];
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            v[r] = 0.0f;
-#pragma unroll
-            for (int m = 0; m < M; m++)
-                if (lane == m) v[r] = acc[r][m];
+            const size_t idx = (size_t)lane * p.N + n;
+            if (NR == 2) { /* SwiGLU of the rounded gate and up, as ops_swiglu_forward */
+                const float gt = gemv_act(v[0]), up = gemv_act(v[NR - 1]);
+                ((bf16 *)p.c)[idx] = __float2bfloat16_rn(silu_f(gt) * up);
+            } else {
+                float o = p.alpha * v[0];
+                if (F32OUT) {
+                    float *cf = (float *)p.c;
+                    if (p.beta != 0.0f) o += p.beta * cf[idx];
+                    cf[idx] = o;
+                } else {
+                    bf16 *cb = (bf16 *)p.c;
+                    if (p.beta != 0.0f) o += p.beta * __bfloat162float(cb[idx]);
+                    cb[idx] = __float2bfloat16_rn(o);
+                }
+            }
         }
-        const size_t idx = (size_t)lane * p.N + n;
-        if (NR == 2) { /* SwiGLU of the rounded gate and up, as ops_swiglu_forward */
-            const float g = gemv_act(v[0]), u = gemv_act(v[NR - 1]);
-            ((bf16 *)p.c)[idx] = __float2bfloat16_rn(silu_f(g) * u);
-            return;
-        }
-        float out = p.alpha * v[0];
-        if (F32OUT) {
-            float *cf = (float *)p.c;
-            if (p.beta != 0.0f) out += p.beta * cf[idx];
-            cf[idx] = out;
-        } else {
-            bf16 *cb = (bf16 *)p.c;
-            if (p.beta != 0.0f) out += p.beta * __bfloat162float(cb[idx]);
-            cb[idx] = __float2bfloat16_rn(out);
-        }
+        if (gn >= groups) return;
+        g = gn, n = nn;
+        if (KS == 1 && n >= p.N) return;
     }
 }
 
@@ -194,19 +229,41 @@ static inline int gemv_ksplit(int K) {
     return batches >= 3 ? 4 : batches;
 }
 
+/* Blocks a multiprocessor holds of one product, as a share of the most it
+ * could: 0 picks (gemv_grid), -1 gives every group a block of its own (one
+ * column a warp), n >= 1 keeps 1/n of the most; benchmarks pin it
+ * (cuda_gemv_force_residency, matmul_gemv.cu). */
+extern int cuda_gemv_residency;
+
+/* The grid of one product of `groups` column groups. With programmatic
+ * dependent launch (a decode step) half of what fits a multiprocessor: the
+ * next kernel's blocks find room beside this one's and have their first
+ * weights in flight when it ends, where a full grid left them waiting for
+ * its last blocks to retire (the weight stream stalled at every kernel
+ * boundary). Without it the whole of what fits. */
+static inline unsigned int gemv_grid(const ops_ctx *ctx, const void *kernel, int M, int groups) {
+    const int share = cuda_gemv_residency;
+    if (share < 0) return (unsigned int)groups;
+    const int most = cuda_kernel_per_sm(ctx, kernel, GEMV_WARPS * 32, 0);
+    const int den = share > 0 ? share : cuda_pdl_rows(M) ? 2 : 1;
+    const long cap = (long)cuda_sm_count(ctx) * (most / den > 0 ? most / den : 1);
+    return (unsigned int)(groups < cap ? groups : cap);
+}
+
 template <int M, int PRO, int NR, int KS, bool F32OUT>
-static void gemv_launch_ks(cudaStream_t st, const gemv_args &p) {
+static void gemv_launch_ks(const ops_ctx *ctx, const gemv_args &p) {
     constexpr int CPB = GEMV_WARPS / KS;
-    const dim3 blocks((unsigned)((p.N + CPB - 1) / CPB)), threads(GEMV_WARPS * 32);
-    cuda_launch_pdl(st, cuda_pdl_rows(M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, 0, p);
+    const void *k = (const void *)gemv_rows<M, PRO, NR, KS, F32OUT>;
+    const dim3 blocks(gemv_grid(ctx, k, M, (p.N + CPB - 1) / CPB)), threads(GEMV_WARPS * 32);
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, 0, p);
 }
 
 template <int M, int PRO, int NR, bool F32OUT>
-static void gemv_launch_pro(cudaStream_t st, const gemv_args &p) {
+static void gemv_launch_pro(const ops_ctx *ctx, const gemv_args &p) {
     switch (gemv_ksplit(p.K)) {
-    case 1: gemv_launch_ks<M, PRO, NR, 1, F32OUT>(st, p); break;
-    case 2: gemv_launch_ks<M, PRO, NR, 2, F32OUT>(st, p); break;
-    default: gemv_launch_ks<M, PRO, NR, 4, F32OUT>(st, p); break;
+    case 1: gemv_launch_ks<M, PRO, NR, 1, F32OUT>(ctx, p); break;
+    case 2: gemv_launch_ks<M, PRO, NR, 2, F32OUT>(ctx, p); break;
+    default: gemv_launch_ks<M, PRO, NR, 4, F32OUT>(ctx, p); break;
     }
 }
 
@@ -214,17 +271,17 @@ static void gemv_launch_pro(cudaStream_t st, const gemv_args &p) {
  * columns n and n + N of W (p.N = the output width, W has 2 N rows, bf16
  * output). */
 template <int PRO, int NR, bool F32OUT>
-static void gemv_launch_rows(cudaStream_t st, const gemv_args &p, int M) {
+static void gemv_launch_rows(const ops_ctx *ctx, const gemv_args &p, int M) {
     static_assert(NR == 1 || !F32OUT, "the SwiGLU output is bf16");
     switch (M) {
-    case 1: gemv_launch_pro<1, PRO, NR, F32OUT>(st, p); break;
-    case 2: gemv_launch_pro<2, PRO, NR, F32OUT>(st, p); break;
-    case 3: gemv_launch_pro<3, PRO, NR, F32OUT>(st, p); break;
-    case 4: gemv_launch_pro<4, PRO, NR, F32OUT>(st, p); break;
-    case 5: gemv_launch_pro<5, PRO, NR, F32OUT>(st, p); break;
-    case 6: gemv_launch_pro<6, PRO, NR, F32OUT>(st, p); break;
-    case 7: gemv_launch_pro<7, PRO, NR, F32OUT>(st, p); break;
-    default: gemv_launch_pro<8, PRO, NR, F32OUT>(st, p); break;
+    case 1: gemv_launch_pro<1, PRO, NR, F32OUT>(ctx, p); break;
+    case 2: gemv_launch_pro<2, PRO, NR, F32OUT>(ctx, p); break;
+    case 3: gemv_launch_pro<3, PRO, NR, F32OUT>(ctx, p); break;
+    case 4: gemv_launch_pro<4, PRO, NR, F32OUT>(ctx, p); break;
+    case 5: gemv_launch_pro<5, PRO, NR, F32OUT>(ctx, p); break;
+    case 6: gemv_launch_pro<6, PRO, NR, F32OUT>(ctx, p); break;
+    case 7: gemv_launch_pro<7, PRO, NR, F32OUT>(ctx, p); break;
+    default: gemv_launch_pro<8, PRO, NR, F32OUT>(ctx, p); break;
     }
     CUDA_LAUNCH_CHECK();
 }

@@ -9,13 +9,17 @@
  * streams W's row once with several loads in flight. Taken only for K % 8
  * == 0 and 16-byte aligned A and W; beta == 0 never reads C. */
 #include "kernels/gemv_common.cuh"
+#include "kernels/ops_cuda.h"
+
+int cuda_gemv_residency = 0;
+extern "C" void cuda_gemv_force_residency(int share) { cuda_gemv_residency = share < -1 ? -1 : share; }
 
 extern "C" int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                                 int trans_a, int trans_b, float alpha, float beta) {
     if (M < 1 || M > GEMV_MAX_M || N < 1 || N > GEMV_MAX_N || K < 8 || K % 8 || trans_a || !trans_b) return 0;
     if (!is_aligned16(a) || !is_aligned16(b)) return 0;
     gemv_args g = {c, (const bf16 *)a, (const bf16 *)b, NULL, N, K, K, 0.0f, alpha, beta};
-    if (c_f32) gemv_launch_rows<GEMV_PLAIN, 1, true>(ctx_stream(ctx), g, M);
-    else gemv_launch_rows<GEMV_PLAIN, 1, false>(ctx_stream(ctx), g, M);
+    if (c_f32) gemv_launch_rows<GEMV_PLAIN, 1, true>(ctx, g, M);
+    else gemv_launch_rows<GEMV_PLAIN, 1, false>(ctx, g, M);
     return 1;
 }

@@ -45,6 +45,10 @@ void cuda_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n)
 /* matmul_gemv.cu: 1 when it computed the product (M <= 8 rows times W^T), 0 to leave it to cuBLASLt */
 int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                      int trans_a, int trans_b, float alpha, float beta);
+/* Pins the few-row products' grid for benchmarks: 0 chosen per call, -1 a
+ * block for every group of columns, n >= 1 a 1/n share of the blocks a
+ * multiprocessor holds (gemv_common.cuh) */
+void cuda_gemv_force_residency(int share);
 /* matmul_skinny.cu: the same for 9 to 64 rows times W^T (K % 64 == 0);
  * force_splits pins the split-K count for benchmarks (0: chosen per call) */
 int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,

@@ -21,6 +21,11 @@
  * bias backward sums bf16 values in fp32 in another order than the CPU's
  * double sums: 1e-5 relative to the largest column sum of |dy|. */
 #include "tests/gpu/test_cuda_common.h"
+#ifdef DK_HAVE_CUDA_OPS
+#include "kernels/ops_cuda.h"
+#else /* no CUDA kernels to pin: the test skips in such builds */
+static void cuda_gemv_force_residency(int share) { (void)share; }
+#endif
 
 static double run_case(ctx_pair *p, int M, int N, int K, int ta, int tb, int c_f32, float alpha, float beta,
                        int shift, int nan_c) {
@@ -86,14 +91,21 @@ static void check_matmul(ctx_pair *p) {
     const int gemv[][3] = {{1, 2048, 2048}, {1, 6144, 2048}, {3, 257, 1000}, {8, 2048, 6144}, {5, 1, 8},
                            {2, 40000, 64}, {7, 33, 24},     {1, 2047, 4096}, {3, 5, 6144},  {1, 1, 8},
                            {2, 257, 1000}, {1, 100, 5000},  {2, 2048, 6144}, {1, 64, 8200}, {2, 131, 2056}};
-    for (size_t s = 0; s < sizeof gemv / sizeof gemv[0]; s++)
-        for (int cf = 0; cf < 2; cf++)
-            for (int shift = 0; shift < 2; shift++) {
-                float alpha = shift ? 0.75f : 1.0f, beta = cf ? 1.0f : (shift ? 0.5f : 0.0f);
-                double r = run_case(p, gemv[s][0], gemv[s][1], gemv[s][2], 0, 1, cf, alpha, beta, shift, 0);
-                worst = r > worst ? r : worst;
-                cases++;
-            }
+    /* Each under the chosen grid, a block a group of columns, and the
+     * smallest grid (every warp walking many columns). */
+    const int residency[] = {0, -1, 64};
+    for (int g = 0; g < 3; g++) {
+        cuda_gemv_force_residency(residency[g]);
+        for (size_t s = 0; s < sizeof gemv / sizeof gemv[0]; s++)
+            for (int cf = 0; cf < 2; cf++)
+                for (int shift = 0; shift < 2; shift++) {
+                    float alpha = shift ? 0.75f : 1.0f, beta = cf ? 1.0f : (shift ? 0.5f : 0.0f);
+                    double r = run_case(p, gemv[s][0], gemv[s][1], gemv[s][2], 0, 1, cf, alpha, beta, shift, 0);
+                    worst = r > worst ? r : worst;
+                    cases++;
+                }
+    }
+    cuda_gemv_force_residency(0);
     /* 9 to 64 rows times W^T with a long K (matmul_skinny.cu for K % 64 ==
      * 0 and K > 2 (M + N); split-K where the columns alone leave SMs idle):
      * partial 16-row tiles, column counts off the 64-column tile; and

@@ -372,6 +372,20 @@ static void chain_table(model *m, int B, int ctx_len) {
                plans[i][1], t, t / m->cfg.n_layers * 1e3);
     }
     cuda_paged_decode_force(0, 0);
+    /* The few-row products' grids (gemv_common.cuh): the chosen share of a
+     * multiprocessor, a block for every column group, and fixed shares. */
+    static const int shares[] = {0, -1, 1, 2, 3, 4};
+    for (size_t i = 0; i < sizeof shares / sizeof shares[0]; i++) {
+        cuda_gemv_force_residency(shares[i]);
+        const double t = chain_time(&ch);
+        if (shares[i] <= 0)
+            printf("  products' grid %-22s %.3f ms (%.1f us a layer)\n", shares[i] ? "a block a group:" : "as chosen:", t,
+                   t / m->cfg.n_layers * 1e3);
+        else
+            printf("  products' grid 1/%d of what fits:    %.3f ms (%.1f us a layer)\n", shares[i], t,
+                   t / m->cfg.n_layers * 1e3);
+    }
+    cuda_gemv_force_residency(0);
     decode_step_free(&d, m);
 }
 
