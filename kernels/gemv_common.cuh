@@ -40,6 +40,7 @@ struct gemv_args {
     const bf16 *a, *w, *norm_w;
     int N, K, lda; /* lda: elements between input rows */
     float eps, alpha, beta;
+    int l2_next; /* a warp asks L2 for its next column's share of W while it works on this one */
 };
 
 __device__ __forceinline__ float gemv_act(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -85,7 +86,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
      * (programmatic dependent launch, decode steps): the weights are no
      * kernel's output, and at K = 2048 that is the whole row, so the weight
      * stream overlaps the previous kernel's tail. */
+    /* Its share of W's rows for column col: into L2 ahead of the loads. */
+    auto prefetch_next = [&](int col) {
+        if (!p.l2_next || lane != 0 || col >= p.N) return;
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+            prefetch_l2(p.w + ((size_t)col + (size_t)r * p.N) * K + (size_t)c0 * 8, (unsigned)(c1 - c0) * 16u);
+    };
     load_first(n);
+    prefetch_next((g + gridDim.x) * CPB + warp / KS);
     pdl_wait();
     pdl_launch_dependents();
     if (KS == 1 && n >= p.N) return; /* and so is every later column of this warp */
@@ -162,7 +171,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
             }
         }
         /* The registers are free: the next group's loads fly during the sums. */
-        if (gn < groups) load_first(nn);
+        if (gn < groups) {
+            load_first(nn);
+            prefetch_next((gn + gridDim.x) * CPB + warp / KS);
+        }
 #pragma unroll
         for (int r = 0; r < NR; r++)
 #pragma unroll
@@ -234,18 +246,16 @@ static inline int gemv_ksplit(int K) {
  * column a warp), n >= 1 keeps 1/n of the most; benchmarks pin it
  * (cuda_gemv_force_residency, matmul_gemv.cu). */
 extern int cuda_gemv_residency;
+/* gemv_args.l2_next for every launch (cuda_gemv_force_l2_next). */
+extern int cuda_gemv_l2_next;
 
-/* The grid of one product of `groups` column groups. With programmatic
- * dependent launch (a decode step) half of what fits a multiprocessor: the
- * next kernel's blocks find room beside this one's and have their first
- * weights in flight when it ends, where a full grid left them waiting for
- * its last blocks to retire (the weight stream stalled at every kernel
- * boundary). Without it the whole of what fits. */
-static inline unsigned int gemv_grid(const ops_ctx *ctx, const void *kernel, int M, int groups) {
+/* The grid of one product of `groups` column groups: what fits the
+ * machine at once. */
+static inline unsigned int gemv_grid(const ops_ctx *ctx, const void *kernel, int groups) {
     const int share = cuda_gemv_residency;
     if (share < 0) return (unsigned int)groups;
     const int most = cuda_kernel_per_sm(ctx, kernel, GEMV_WARPS * 32, 0);
-    const int den = share > 0 ? share : cuda_pdl_rows(M) ? 2 : 1;
+    const int den = share > 0 ? share : 1;
     const long cap = (long)cuda_sm_count(ctx) * (most / den > 0 ? most / den : 1);
     return (unsigned int)(groups < cap ? groups : cap);
 }
@@ -254,8 +264,10 @@ template <int M, int PRO, int NR, int KS, bool F32OUT>
 static void gemv_launch_ks(const ops_ctx *ctx, const gemv_args &p) {
     constexpr int CPB = GEMV_WARPS / KS;
     const void *k = (const void *)gemv_rows<M, PRO, NR, KS, F32OUT>;
-    const dim3 blocks(gemv_grid(ctx, k, M, (p.N + CPB - 1) / CPB)), threads(GEMV_WARPS * 32);
-    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, 0, p);
+    const dim3 blocks(gemv_grid(ctx, k, (p.N + CPB - 1) / CPB)), threads(GEMV_WARPS * 32);
+    gemv_args q = p;
+    q.l2_next = cuda_gemv_l2_next;
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, 0, q);
 }
 
 template <int M, int PRO, int NR, bool F32OUT>

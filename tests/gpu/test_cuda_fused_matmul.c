@@ -20,6 +20,7 @@
 #include "kernels/ops_cuda.h"
 #else /* no CUDA kernels to pin: the test skips in such builds */
 static void cuda_gemv_force_residency(int share) { (void)share; }
+static void cuda_gemv_force_l2_next(int on) { (void)on; }
 #endif
 
 static double worst_cpu = 0.0, worst_gpu = 0.0;
@@ -93,10 +94,12 @@ int main(void) {
                              {2, 2048, 6144}, {3, 7, 4096},     {9, 512, 512},  {40, 300, 128}, {1, 33, 1000},
                              {2, 5, 24},      {1, 200, 5000}};
     /* Each under the chosen grid, a block a group of columns, and the
-     * smallest grid (every warp walking many columns). */
+     * smallest grid (every warp walking many columns, asking L2 for the
+     * next one's weights ahead). */
     const int residency[] = {0, -1, 64};
     for (int g = 0; g < 3; g++) {
         cuda_gemv_force_residency(residency[g]);
+        cuda_gemv_force_l2_next(g == 2);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int beta = 0; beta < 2; beta++)
                 check_case(&p, shapes[s][0], shapes[s][1], shapes[s][2], (float)beta);
@@ -108,9 +111,11 @@ int main(void) {
                          {9, 256, 512},   {33, 64, 128},   {1, 7, 5000},    {2, 3, 16}};
     for (int g = 0; g < 3; g++) {
         cuda_gemv_force_residency(residency[g]);
+        cuda_gemv_force_l2_next(g == 2);
         for (size_t s = 0; s < sizeof sw / sizeof sw[0]; s++) check_swiglu_case(&p, sw[s][0], sw[s][1], sw[s][2]);
     }
     cuda_gemv_force_residency(0);
+    cuda_gemv_force_l2_next(0);
     printf("rmsnorm + matmul (+ swiglu): %d cases, worst tolerance ratio %.3g against the CPU, %.3g against the unfused GPU ops "
            "(<= 1 passes)\n",
            cases, worst_cpu, worst_gpu);
