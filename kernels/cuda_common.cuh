@@ -160,12 +160,6 @@ __device__ __forceinline__ uint4 f32_to_bf16x8(const float f[8]) {
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
 __device__ __forceinline__ uint4 ld_stream(const void *p) { return __ldcs((const uint4 *)p); }
-
-/* Starts reading `bytes` (a multiple of 16, from a 16-byte aligned address)
- * into L2 and goes on: later loads of them wait on L2, not HBM. */
-__device__ __forceinline__ void prefetch_l2(const void *p, unsigned bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void st_stream(void *p, uint4 v) { __stcs((uint4 *)p, v); }
 
 template <typename T>

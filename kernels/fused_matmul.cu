@@ -20,7 +20,8 @@
 #include "kernels/ops_cuda_infer.h"
 
 static int fused_fits(int M, int N, int K, const void *a, const void *w, const void *norm_w) {
-    return M >= 1 && M <= GEMV_MAX_M && N >= 1 && N <= GEMV_MAX_N && K >= 8 && K % 8 == 0 && is_aligned16(a) &&
+    return M >= 1 && M <= GEMV_MAX_M && N >= 1 && N <= GEMV_MAX_N && K >= 8 && K % 8 == 0 &&
+           (size_t)M * K * sizeof(bf16) <= GEMV_XS_MAX && is_aligned16(a) &&
            is_aligned16(w) && (!norm_w || is_aligned16(norm_w));
 }
 
@@ -29,7 +30,7 @@ extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void
     if (M < 0 || N < 0 || K <= 0) DK_ABORT("ops_rmsnorm_matmul: bad shape M=%d N=%d K=%d", M, N, K);
     if (M == 0 || N == 0) return;
     if (fused_fits(M, N, K, x, w, norm_w)) {
-        gemv_args g = {c, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, N, K, K, eps, alpha, beta, 0};
+        gemv_args g = {c, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, N, K, K, eps, alpha, beta};
         gemv_launch_rows<GEMV_RMSNORM, 1, false>(ctx, g, M);
         return;
     }
@@ -44,7 +45,7 @@ extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void
     if (M < 0 || I < 0 || K <= 0) DK_ABORT("ops_rmsnorm_matmul_swiglu: bad shape M=%d I=%d K=%d", M, I, K);
     if (M == 0 || I == 0) return;
     if (fused_fits(M, 2 * I, K, x, w, norm_w)) {
-        gemv_args g = {h, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, I, K, K, eps, 1.0f, 0.0f, 0};
+        gemv_args g = {h, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, I, K, K, eps, 1.0f, 0.0f};
         gemv_launch_rows<GEMV_RMSNORM, 2, false>(ctx, g, M);
         return;
     }

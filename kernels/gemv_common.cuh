@@ -30,6 +30,9 @@
 #define GEMV_MAX_M 8
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
+/* GEMV_RMSNORM keeps the normalised rows in shared memory: at most this
+ * (the default dynamic limit), 8 rows of 3072. */
+#define GEMV_XS_MAX 49152
 /* Wider outputs (the lm head) already run near the copy rate in cuBLASLt. */
 #define GEMV_MAX_N 32768
 
@@ -40,7 +43,6 @@ struct gemv_args {
     const bf16 *a, *w, *norm_w;
     int N, K, lda; /* lda: elements between input rows */
     float eps, alpha, beta;
-    int l2_next; /* a warp asks L2 for its next column's share of W while it works on this one */
 };
 
 __device__ __forceinline__ float gemv_act(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
@@ -57,6 +59,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
     /* Two copies, used in turn by the groups a block walks: a warp may start
      * the next group's parts while a slow warp still reads this one's. */
     __shared__ float part[KS > 1 ? 2 : 1][KS > 1 ? GEMV_WARPS : 1][NR][M];
+    extern __shared__ uint4 gemv_xs[]; /* GEMV_RMSNORM: the normalised rows, M x K bf16 */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int K = p.K, chunks = K / 8, per = (chunks + KS - 1) / KS, kp = warp % KS;
     const int c0 = kp * per, c1 = min(chunks, c0 + per); /* this warp's chunks of K */
@@ -86,47 +89,50 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
      * (programmatic dependent launch, decode steps): the weights are no
      * kernel's output, and at K = 2048 that is the whole row, so the weight
      * stream overlaps the previous kernel's tail. */
-    /* Its share of W's rows for column col: into L2 ahead of the loads. */
-    auto prefetch_next = [&](int col) {
-        if (!p.l2_next || lane != 0 || col >= p.N) return;
-#pragma unroll
-        for (int r = 0; r < NR; r++)
-            prefetch_l2(p.w + ((size_t)col + (size_t)r * p.N) * K + (size_t)c0 * 8, (unsigned)(c1 - c0) * 16u);
-    };
     load_first(n);
-    prefetch_next((g + gridDim.x) * CPB + warp / KS);
     pdl_wait();
     pdl_launch_dependents();
-    if (KS == 1 && n >= p.N) return; /* and so is every later column of this warp */
-    float rs[M];
-#pragma unroll
-    for (int m = 0; m < M; m++) rs[m] = 1.0f;
     if (PRO == GEMV_RMSNORM) {
+        /* The block normalises the M rows once into shared memory, as bf16
+         * (the unfused op's output): each warp transforming the whole row
+         * for each of its columns made the transform, not the weights, the
+         * cost once the weights were in (3 us of the q|k|v product's 8 on an
+         * H200). Squares summed in a fixed order: thread, warp, block. */
+        __shared__ float red[M][GEMV_WARPS];
+        constexpr int NT = GEMV_WARPS * 32;
 #pragma unroll
         for (int m = 0; m < M; m++) {
-            /* GEMV_UNROLL loads in flight, then the squares in chunk order:
-             * one load at a time made this prologue a chain of L2 round
-             * trips (3 us of a 2048-wide row's 8 us product on an H200). */
             const uint4 *row = (const uint4 *)(p.a + (size_t)m * p.lda);
             float ss = 0.0f;
-            for (int base = lane; base < chunks; base += 32 * GEMV_UNROLL) {
-                uint4 xv[GEMV_UNROLL];
+            for (int ch = threadIdx.x; ch < chunks; ch += NT) {
+                float x[8];
+                bf16x8_to_f32(__ldg(row + ch), x);
 #pragma unroll
-                for (int u = 0; u < GEMV_UNROLL; u++) {
-                    const int ch = base + 32 * u;
-                    xv[u] = ch < chunks ? __ldg(row + ch) : make_uint4(0u, 0u, 0u, 0u);
-                }
-#pragma unroll
-                for (int u = 0; u < GEMV_UNROLL; u++) {
-                    float x[8];
-                    bf16x8_to_f32(xv[u], x);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) ss = fmaf(x[j], x[j], ss);
-                }
+                for (int j = 0; j < 8; j++) ss = fmaf(x[j], x[j], ss);
             }
-            rs[m] = 1.0f / sqrtf(warp_sum(ss) * (1.0f / (float)K) + p.eps);
+            ss = warp_sum(ss);
+            if (lane == 0) red[m][warp] = ss;
         }
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int w = 0; w < GEMV_WARPS; w++) ss += red[m][w];
+            const float rs = 1.0f / sqrtf(ss * (1.0f / (float)K) + p.eps);
+            const uint4 *row = (const uint4 *)(p.a + (size_t)m * p.lda);
+            for (int ch = threadIdx.x; ch < chunks; ch += NT) {
+                float x[8], nw[8];
+                bf16x8_to_f32(__ldg(row + ch), x);
+                bf16x8_to_f32(__ldg((const uint4 *)p.norm_w + ch), nw);
+#pragma unroll
+                for (int j = 0; j < 8; j++) x[j] = (x[j] * rs) * nw[j];
+                gemv_xs[(size_t)m * chunks + ch] = f32_to_bf16x8(x);
+            }
+        }
+        __syncthreads();
     }
+    if (KS == 1 && n >= p.N) return; /* and so is every later column of this warp */
     for (int it = 0;; it++) {
         const bool live = n < p.N;
         const int gn = g + gridDim.x, nn = gn * CPB + warp / KS; /* the next group's column */
@@ -140,18 +146,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 const int ch = base + 32 * u;
                 if (ch >= c1) break;
-                float wf[NR][8], nw[8];
+                float wf[NR][8];
 #pragma unroll
                 for (int r = 0; r < NR; r++) bf16x8_to_f32(wv[r][u], wf[r]);
-                if (PRO == GEMV_RMSNORM) bf16x8_to_f32(__ldg((const uint4 *)p.norm_w + ch), nw);
 #pragma unroll
                 for (int m = 0; m < M; m++) {
                     float af[8];
-                    bf16x8_to_f32(__ldg((const uint4 *)(p.a + (size_t)m * p.lda) + ch), af);
-                    if (PRO == GEMV_RMSNORM) {
-#pragma unroll
-                        for (int j = 0; j < 8; j++) af[j] = gemv_act((af[j] * rs[m]) * nw[j]);
-                    }
+                    bf16x8_to_f32(PRO == GEMV_RMSNORM ? gemv_xs[(size_t)m * chunks + ch]
+                                                      : __ldg((const uint4 *)(p.a + (size_t)m * p.lda) + ch),
+                                  af);
 #pragma unroll
                     for (int r = 0; r < NR; r++)
 #pragma unroll
@@ -171,10 +174,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
             }
         }
         /* The registers are free: the next group's loads fly during the sums. */
-        if (gn < groups) {
-            load_first(nn);
-            prefetch_next((gn + gridDim.x) * CPB + warp / KS);
-        }
+        if (gn < groups) load_first(nn);
 #pragma unroll
         for (int r = 0; r < NR; r++)
 #pragma unroll
@@ -246,15 +246,13 @@ static inline int gemv_ksplit(int K) {
  * column a warp), n >= 1 keeps 1/n of the most; benchmarks pin it
  * (cuda_gemv_force_residency, matmul_gemv.cu). */
 extern int cuda_gemv_residency;
-/* gemv_args.l2_next for every launch (cuda_gemv_force_l2_next). */
-extern int cuda_gemv_l2_next;
 
 /* The grid of one product of `groups` column groups: what fits the
  * machine at once. */
-static inline unsigned int gemv_grid(const ops_ctx *ctx, const void *kernel, int groups) {
+static inline unsigned int gemv_grid(const ops_ctx *ctx, const void *kernel, size_t smem, int groups) {
     const int share = cuda_gemv_residency;
     if (share < 0) return (unsigned int)groups;
-    const int most = cuda_kernel_per_sm(ctx, kernel, GEMV_WARPS * 32, 0);
+    const int most = cuda_kernel_per_sm(ctx, kernel, GEMV_WARPS * 32, smem);
     const int den = share > 0 ? share : 1;
     const long cap = (long)cuda_sm_count(ctx) * (most / den > 0 ? most / den : 1);
     return (unsigned int)(groups < cap ? groups : cap);
@@ -264,10 +262,9 @@ template <int M, int PRO, int NR, int KS, bool F32OUT>
 static void gemv_launch_ks(const ops_ctx *ctx, const gemv_args &p) {
     constexpr int CPB = GEMV_WARPS / KS;
     const void *k = (const void *)gemv_rows<M, PRO, NR, KS, F32OUT>;
-    const dim3 blocks(gemv_grid(ctx, k, (p.N + CPB - 1) / CPB)), threads(GEMV_WARPS * 32);
-    gemv_args q = p;
-    q.l2_next = cuda_gemv_l2_next;
-    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, 0, q);
+    const size_t smem = PRO == GEMV_RMSNORM ? (size_t)M * p.K * sizeof(bf16) : 0;
+    const dim3 blocks(gemv_grid(ctx, k, smem, (p.N + CPB - 1) / CPB)), threads(GEMV_WARPS * 32);
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, smem, p);
 }
 
 template <int M, int PRO, int NR, bool F32OUT>

@@ -13,14 +13,12 @@
 
 int cuda_gemv_residency = 0;
 extern "C" void cuda_gemv_force_residency(int share) { cuda_gemv_residency = share < -1 ? -1 : share; }
-int cuda_gemv_l2_next = 0;
-extern "C" void cuda_gemv_force_l2_next(int on) { cuda_gemv_l2_next = on != 0; }
 
 extern "C" int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                                 int trans_a, int trans_b, float alpha, float beta) {
     if (M < 1 || M > GEMV_MAX_M || N < 1 || N > GEMV_MAX_N || K < 8 || K % 8 || trans_a || !trans_b) return 0;
     if (!is_aligned16(a) || !is_aligned16(b)) return 0;
-    gemv_args g = {c, (const bf16 *)a, (const bf16 *)b, NULL, N, K, K, 0.0f, alpha, beta, 0};
+    gemv_args g = {c, (const bf16 *)a, (const bf16 *)b, NULL, N, K, K, 0.0f, alpha, beta};
     if (c_f32) gemv_launch_rows<GEMV_PLAIN, 1, true>(ctx, g, M);
     else gemv_launch_rows<GEMV_PLAIN, 1, false>(ctx, g, M);
     return 1;

@@ -49,9 +49,6 @@ int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void
  * block for every group of columns, n >= 1 a 1/n share of the blocks a
  * multiprocessor holds (gemv_common.cuh) */
 void cuda_gemv_force_residency(int share);
-/* 1: each warp of a few-row product asks L2 for its next column's share
- * of W while it works on this one */
-void cuda_gemv_force_l2_next(int on);
 /* matmul_skinny.cu: the same for 9 to 64 rows times W^T (K % 64 == 0);
  * force_splits pins the split-K count for benchmarks (0: chosen per call) */
 int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,

@@ -14,14 +14,19 @@
  * the bf16-rounded product: 2e-3 * scale + 2^-6 |cpu|) and, bit for bit,
  * against ops_rmsnorm_matmul then ops_swiglu_forward on the GPU: its
  * kernel streams the gate and up rows in the order the plain kernel does
- * and rounds where the two ops round. Exits 77 without a GPU. */
+ * and rounds where the two ops round. Both fused ops also run under two
+ * more grids (a block for every group of columns; the smallest, each warp
+ * walking many columns), which must give the same bits. Exits 77 without
+ * a GPU. */
 #include "tests/gpu/test_cuda_common.h"
 #ifdef DK_HAVE_CUDA_OPS
 #include "kernels/ops_cuda.h"
 #else /* no CUDA kernels to pin: the test skips in such builds */
 static void cuda_gemv_force_residency(int share) { (void)share; }
-static void cuda_gemv_force_l2_next(int on) { (void)on; }
 #endif
+
+/* The grids a fused op runs under after the chosen one (gemv_common.cuh). */
+static const int other_grids[] = {-1, 64};
 
 static double worst_cpu = 0.0, worst_gpu = 0.0;
 static int cases = 0;
@@ -43,6 +48,16 @@ static void check_case(ctx_pair *p, int M, int N, int K, float beta) {
     ops_free(g, rstd);
     ops_matmul(g, du.p, 0, tmp, dw.p, M, N, K, 0, 1, alpha, beta);
     float *got = get_act(g, dc.p, (size_t)M * N), *unf = get_act(g, du.p, (size_t)M * N);
+    for (int i = 0; i < 2; i++) {
+        cuda_gemv_force_residency(other_grids[i]);
+        ops_upload_act(g, dc.p, c0, (size_t)M * N);
+        ops_rmsnorm_matmul(g, dc.p, tmp, dx.p, dnw.p, dw.p, M, N, K, eps, alpha, beta);
+        float *again = get_act(g, dc.p, (size_t)M * N);
+        CHECK(!memcmp(again, got, (size_t)M * N * sizeof(float)),
+              "rmsnorm_matmul M=%d N=%d K=%d beta=%g: grid %d gives other bits", M, N, K, beta, other_grids[i]);
+        free(again);
+    }
+    cuda_gemv_force_residency(0);
     double scale = max_abs(want, (size_t)M * N);
     if (scale == 0.0) scale = 1.0;
     const double r_cpu = tol_ratio(got, want, (size_t)M * N, 2e-3 * scale, 1.0 / 128.0);
@@ -71,6 +86,15 @@ static void check_swiglu_case(ctx_pair *p, int M, int I, int K) {
     ops_rmsnorm_matmul(g, gu, tmp, dx.p, dnw.p, dw.p, M, 2 * I, K, 1e-6f, 1.0f, 0.0f);
     ops_swiglu_forward(g, h2, gu, M, I);
     float *got = get_act(g, h, (size_t)M * I), *seq = get_act(g, h2, (size_t)M * I);
+    for (int i = 0; i < 2; i++) {
+        cuda_gemv_force_residency(other_grids[i]);
+        ops_rmsnorm_matmul_swiglu(g, h, gu, tmp, dx.p, dnw.p, dw.p, M, I, K, 1e-6f);
+        float *again = get_act(g, h, (size_t)M * I);
+        CHECK(!memcmp(again, got, (size_t)M * I * sizeof(float)),
+              "rmsnorm_matmul_swiglu M=%d I=%d K=%d: grid %d gives other bits", M, I, K, other_grids[i]);
+        free(again);
+    }
+    cuda_gemv_force_residency(0);
     double scale = max_abs(want, (size_t)M * I);
     if (scale == 0.0) scale = 1.0;
     const double r_cpu = tol_ratio(got, want, (size_t)M * I, 2e-3 * scale, 1.0 / 64.0);
@@ -93,29 +117,14 @@ int main(void) {
     const int shapes[][3] = {{1, 4096, 2048}, {1, 12288, 2048}, {3, 1000, 256}, {8, 2048, 2048}, {5, 33, 64},
                              {2, 2048, 6144}, {3, 7, 4096},     {9, 512, 512},  {40, 300, 128}, {1, 33, 1000},
                              {2, 5, 24},      {1, 200, 5000}};
-    /* Each under the chosen grid, a block a group of columns, and the
-     * smallest grid (every warp walking many columns, asking L2 for the
-     * next one's weights ahead). */
-    const int residency[] = {0, -1, 64};
-    for (int g = 0; g < 3; g++) {
-        cuda_gemv_force_residency(residency[g]);
-        cuda_gemv_force_l2_next(g == 2);
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int beta = 0; beta < 2; beta++)
-                check_case(&p, shapes[s][0], shapes[s][1], shapes[s][2], (float)beta);
-    }
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int beta = 0; beta < 2; beta++) check_case(&p, shapes[s][0], shapes[s][1], shapes[s][2], (float)beta);
     /* The MLP's first half at the model's shape (2048 -> 2 x 6144), a long K
      * (several warps per column) and odd ones; 9 and 33 rows run the ops in
      * turn. */
     const int sw[][3] = {{1, 6144, 2048}, {8, 6144, 2048}, {2, 1000, 6144}, {5, 33, 64},
                          {9, 256, 512},   {33, 64, 128},   {1, 7, 5000},    {2, 3, 16}};
-    for (int g = 0; g < 3; g++) {
-        cuda_gemv_force_residency(residency[g]);
-        cuda_gemv_force_l2_next(g == 2);
-        for (size_t s = 0; s < sizeof sw / sizeof sw[0]; s++) check_swiglu_case(&p, sw[s][0], sw[s][1], sw[s][2]);
-    }
-    cuda_gemv_force_residency(0);
-    cuda_gemv_force_l2_next(0);
+    for (size_t s = 0; s < sizeof sw / sizeof sw[0]; s++) check_swiglu_case(&p, sw[s][0], sw[s][1], sw[s][2]);
     printf("rmsnorm + matmul (+ swiglu): %d cases, worst tolerance ratio %.3g against the CPU, %.3g against the unfused GPU ops "
            "(<= 1 passes)\n",
            cases, worst_cpu, worst_gpu);

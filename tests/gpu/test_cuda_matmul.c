@@ -25,7 +25,6 @@
 #include "kernels/ops_cuda.h"
 #else /* no CUDA kernels to pin: the test skips in such builds */
 static void cuda_gemv_force_residency(int share) { (void)share; }
-static void cuda_gemv_force_l2_next(int on) { (void)on; }
 #endif
 
 static double run_case(ctx_pair *p, int M, int N, int K, int ta, int tb, int c_f32, float alpha, float beta,
@@ -93,12 +92,10 @@ static void check_matmul(ctx_pair *p) {
                            {2, 40000, 64}, {7, 33, 24},     {1, 2047, 4096}, {3, 5, 6144},  {1, 1, 8},
                            {2, 257, 1000}, {1, 100, 5000},  {2, 2048, 6144}, {1, 64, 8200}, {2, 131, 2056}};
     /* Each under the chosen grid, a block a group of columns, and the
-     * smallest grid (every warp walking many columns, asking L2 for the
-     * next one's weights ahead). */
+     * smallest grid (every warp walking many columns). */
     const int residency[] = {0, -1, 64};
     for (int g = 0; g < 3; g++) {
         cuda_gemv_force_residency(residency[g]);
-        cuda_gemv_force_l2_next(g == 2);
         for (size_t s = 0; s < sizeof gemv / sizeof gemv[0]; s++)
             for (int cf = 0; cf < 2; cf++)
                 for (int shift = 0; shift < 2; shift++) {
@@ -109,7 +106,6 @@ static void check_matmul(ctx_pair *p) {
                 }
     }
     cuda_gemv_force_residency(0);
-    cuda_gemv_force_l2_next(0);
     /* 9 to 64 rows times W^T with a long K (matmul_skinny.cu for K % 64 ==
      * 0 and K > 2 (M + N); split-K where the columns alone leave SMs idle):
      * partial 16-row tiles, column counts off the 64-column tile; and

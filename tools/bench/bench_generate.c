@@ -372,20 +372,15 @@ static void chain_table(model *m, int B, int ctx_len) {
                plans[i][1], t, t / m->cfg.n_layers * 1e3);
     }
     cuda_paged_decode_force(0, 0);
-    /* The few-row products (gemv_common.cuh): the grid (what fits the
-     * machine, a block for every column group, half of what fits), each
-     * with and without warps asking L2 for their next column ahead. */
+    /* The few-row products' grids (gemv_common.cuh): what fits the machine
+     * (the choice), a block for every column group, half of what fits. */
     static const int shares[] = {0, -1, 2};
     static const char *const share_names[] = {"what fits", "a block a group", "half of what fits"};
-    for (int l2 = 0; l2 < 2; l2++)
-        for (size_t i = 0; i < sizeof shares / sizeof shares[0]; i++) {
-            cuda_gemv_force_residency(shares[i]);
-            cuda_gemv_force_l2_next(l2);
-            const double t = chain_time(&ch);
-            printf("  products' grid %-18s L2 ahead %s: %.3f ms (%.1f us a layer)\n", share_names[i], l2 ? "on " : "off",
-                   t, t / m->cfg.n_layers * 1e3);
-        }
-    cuda_gemv_force_l2_next(0);
+    for (size_t i = 0; i < sizeof shares / sizeof shares[0]; i++) {
+        cuda_gemv_force_residency(shares[i]);
+        const double t = chain_time(&ch);
+        printf("  products' grid %-18s %.3f ms (%.1f us a layer)\n", share_names[i], t, t / m->cfg.n_layers * 1e3);
+    }
     cuda_gemv_force_residency(0);
     decode_step_free(&d, m);
 }
