@@ -18,9 +18,10 @@
  * product and the SwiGLU after it in one kernel, the same values as the
  * two ops in turn. No shared memory but the KS partials and no other block
  * barrier, so many warps stay resident and keep enough loads in flight.
- * A block walks groups of CPB columns (a grid of part of the machine,
+ * A block walks groups of CPB columns (a grid of what fits the machine,
  * gemv_grid), and the result of a column does not depend on which block
- * computed it. Launched as a programmatic dependent launch
+ * computed it. With GEMV_RMSNORM the block first normalises the M rows
+ * into shared memory. Launched as a programmatic dependent launch
  * (cuda_common.cuh). */
 #ifndef DK_GEMV_COMMON_CUH
 #define DK_GEMV_COMMON_CUH
@@ -47,10 +48,10 @@ struct gemv_args {
 
 __device__ __forceinline__ float gemv_act(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-/* Blocks a multiprocessor must hold at one row: 64 registers a
- * thread (120 with the gate|up pair), where the loop over column groups
- * otherwise took 72 at one row and cost a quarter of the blocks (the
- * launch keeps half of them; gemv_grid). More rows need more (spills). */
+/* Blocks a multiprocessor must hold at one row: 64 registers a thread
+ * (128 with the gate|up pair), where the loop over column groups otherwise
+ * took 72 at one row and cost a quarter of the blocks. More rows need more
+ * (spills). */
 __host__ __device__ constexpr int gemv_min_blocks(int M, int NR) { return M > 1 ? 1 : NR == 1 ? 4 : 2; }
 
 template <int M, int PRO, int NR, int KS, bool F32OUT>
@@ -64,12 +65,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
     const int K = p.K, chunks = K / 8, per = (chunks + KS - 1) / KS, kp = warp % KS;
     const int c0 = kp * per, c1 = min(chunks, c0 + per); /* this warp's chunks of K */
     const int groups = (p.N + CPB - 1) / CPB;
-    /* A block walks groups blockIdx.x, + gridDim.x, ...: the launch sizes
-     * the grid to part of the machine (gemv_grid), so the next kernel's
-     * blocks are resident and loading their weights while this one still
-     * streams, and a warp starts its next column's loads as soon as its
-     * registers are free instead of a block retiring and a new one being
-     * scheduled in its place. */
+    /* A block walks groups blockIdx.x, + gridDim.x, ...: a warp starts its
+     * next column's loads as soon as its registers are free, where a block
+     * a group ended in waves (three for gate|up at one row), each a gap in
+     * the weight stream while blocks retired and new ones were scheduled. */
     int g = blockIdx.x, n = g * CPB + warp / KS;
     uint4 wv[NR][GEMV_UNROLL];
     /* This warp's first batch of chunks of column n's rows (W rows n and
@@ -248,7 +247,10 @@ static inline int gemv_ksplit(int K) {
 extern int cuda_gemv_residency;
 
 /* The grid of one product of `groups` column groups: what fits the
- * machine at once. */
+ * machine at once. In the batch-1 decode chain on an H200 (bench_generate
+ * --chain) that was 1.160 ms, a block a group 1.195 and half of what fits
+ * 1.307: the next product's blocks finding room beside this one's did not
+ * make up for the loads this one no longer had in flight. */
 static inline unsigned int gemv_grid(const ops_ctx *ctx, const void *kernel, size_t smem, int groups) {
     const int share = cuda_gemv_residency;
     if (share < 0) return (unsigned int)groups;
