@@ -1,12 +1,12 @@
 /* fused_matmul.cu: ops_rmsnorm_matmul on the CUDA backend. A decode step at
  * batch 1 is a chain of about ten kernels per layer, and the RMSNorm kernels
  * before q|k|v and gate|up move a few kilobytes each: their cost is the
- * launch. For up to GEMV_MAX_M rows the few-row product kernel of
- * gemv_common.cuh reads the raw rows and normalises them as it loads them
- * (each warp already reads every input row whole; the sum of squares is
- * K/32 cached loads per lane), so the step loses those kernels. Larger
- * products run the two ops in turn through tmp, where the matmul's own
- * kernels win.
+ * launch. For up to GEMV_MAX_M rows (whose normalised copy fits
+ * GEMV_XS_MAX bytes of shared memory) each block of the few-row product
+ * kernel of gemv_common.cuh reads the raw rows and normalises them into
+ * shared memory before its columns, so the step loses those kernels.
+ * Larger products run the two ops in turn through tmp, where the matmul's
+ * own kernels win.
  *
  * The SwiGLU between gate|up and down rides on the gate|up product's
  * output instead (ops_rmsnorm_matmul_swiglu): a warp streams the gate row n
