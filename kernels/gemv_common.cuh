@@ -16,9 +16,9 @@
  * rounding to the output type. With NR = 2 a warp also streams row n + N
  * and writes act(silu(act(c_n)) * act(c_{n+N})) instead: the gate|up
  * product and the SwiGLU after it in one kernel, the same values as the
- * two ops in turn. No shared memory but the KS partials and no other block
- * barrier, so many warps stay resident and keep enough loads in flight.
- * A block walks groups of CPB columns (a grid of what fits the machine,
+ * two ops in turn. Shared memory holds only the KS partials and, with
+ * GEMV_RMSNORM, the normalised rows, so many warps stay resident and keep
+ * enough loads in flight. A block walks groups of CPB columns (a grid of what fits the machine,
  * gemv_grid), and the result of a column does not depend on which block
  * computed it. With GEMV_RMSNORM the block first normalises the M rows
  * into shared memory. Launched as a programmatic dependent launch
@@ -71,15 +71,16 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
      * the weight stream while blocks retired and new ones were scheduled. */
     int g = blockIdx.x, n = g * CPB + warp / KS;
     uint4 wv[NR][GEMV_UNROLL];
-    /* This warp's first batch of chunks of column n's rows (W rows n and
-     * n + N for NR = 2), zeros past c1 or for a column past N. */
-    auto load_first = [&](int col) {
+    /* The batch of this lane's chunks base, base + 32, ... of column col's
+     * rows (W rows col and col + N for NR = 2), zeros past c1 or for a
+     * column past N. */
+    auto load_batch = [&](int col, int base) {
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             const uint4 *wr = (const uint4 *)(p.w + ((size_t)col + (size_t)r * p.N) * K);
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
-                const int ch = c0 + lane + 32 * u;
+                const int ch = base + 32 * u;
                 wv[r][u] = col < p.N && ch < c1 ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
             }
         }
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
      * (programmatic dependent launch, decode steps): the weights are no
      * kernel's output, and at K = 2048 that is the whole row, so the weight
      * stream overlaps the previous kernel's tail. */
-    load_first(n);
+    load_batch(n, c0 + lane);
     pdl_wait();
     pdl_launch_dependents();
     if (PRO == GEMV_RMSNORM) {
@@ -162,18 +163,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
             }
             base += 32 * GEMV_UNROLL;
             if (base >= c1) break;
-#pragma unroll
-            for (int r = 0; r < NR; r++) {
-                const uint4 *wr = (const uint4 *)(p.w + ((size_t)n + (size_t)r * p.N) * K);
-#pragma unroll
-                for (int u = 0; u < GEMV_UNROLL; u++) {
-                    const int ch = base + 32 * u;
-                    wv[r][u] = ch < c1 ? ld_stream(wr + ch) : make_uint4(0u, 0u, 0u, 0u);
-                }
-            }
+            load_batch(n, base);
         }
         /* The registers are free: the next group's loads fly during the sums. */
-        if (gn < groups) load_first(nn);
+        if (gn < groups) load_batch(nn, c0 + lane);
 #pragma unroll
         for (int r = 0; r < NR; r++)
 #pragma unroll
