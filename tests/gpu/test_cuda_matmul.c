@@ -58,6 +58,19 @@ static double run_case(ctx_pair *p, int M, int N, int K, int ta, int tb, int c_f
     return r;
 }
 
+/* Each (M, N, K) of shapes as A W^T, both output types, alpha and beta,
+ * aligned and not; the worst tolerance ratio into *worst. */
+static void run_rows_wt(ctx_pair *p, const int (*shapes)[3], size_t n, double *worst, int *cases) {
+    for (size_t s = 0; s < n; s++)
+        for (int cf = 0; cf < 2; cf++)
+            for (int shift = 0; shift < 2; shift++) {
+                float alpha = shift ? 0.75f : 1.0f, beta = cf ? 1.0f : (shift ? 0.5f : 0.0f);
+                double r = run_case(p, shapes[s][0], shapes[s][1], shapes[s][2], 0, 1, cf, alpha, beta, shift, 0);
+                *worst = r > *worst ? r : *worst;
+                (*cases)++;
+            }
+}
+
 static void check_matmul(ctx_pair *p) {
     double worst = 0.0;
     int cases = 0;
@@ -96,14 +109,7 @@ static void check_matmul(ctx_pair *p) {
     const int residency[] = {0, -1, 64};
     for (int g = 0; g < 3; g++) {
         cuda_gemv_force_residency(residency[g]);
-        for (size_t s = 0; s < sizeof gemv / sizeof gemv[0]; s++)
-            for (int cf = 0; cf < 2; cf++)
-                for (int shift = 0; shift < 2; shift++) {
-                    float alpha = shift ? 0.75f : 1.0f, beta = cf ? 1.0f : (shift ? 0.5f : 0.0f);
-                    double r = run_case(p, gemv[s][0], gemv[s][1], gemv[s][2], 0, 1, cf, alpha, beta, shift, 0);
-                    worst = r > worst ? r : worst;
-                    cases++;
-                }
+        run_rows_wt(p, gemv, sizeof gemv / sizeof gemv[0], &worst, &cases);
     }
     cuda_gemv_force_residency(0);
     /* 9 to 64 rows times W^T with a long K (matmul_skinny.cu for K % 64 ==
@@ -112,14 +118,7 @@ static void check_matmul(ctx_pair *p) {
      * shorter products that stay with cuBLASLt. */
     const int skinny[][3] = {{64, 2048, 6144}, {64, 4096, 2048}, {9, 2048, 6144}, {33, 200, 640},
                              {16, 1000, 4096}, {50, 20, 256}, {64, 72, 4096}};
-    for (size_t s = 0; s < sizeof skinny / sizeof skinny[0]; s++)
-        for (int cf = 0; cf < 2; cf++)
-            for (int shift = 0; shift < 2; shift++) {
-                float alpha = shift ? 0.75f : 1.0f, beta = cf ? 1.0f : (shift ? 0.5f : 0.0f);
-                double r = run_case(p, skinny[s][0], skinny[s][1], skinny[s][2], 0, 1, cf, alpha, beta, shift, 0);
-                worst = r > worst ? r : worst;
-                cases++;
-            }
+    run_rows_wt(p, skinny, sizeof skinny / sizeof skinny[0], &worst, &cases);
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 4, 100, 64, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 40, 60, 512, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     /* beta = 0 must not read C (NaN there stays out of the result). */
