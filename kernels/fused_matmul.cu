@@ -19,25 +19,28 @@
 #include "kernels/ops_cuda.h"
 #include "kernels/ops_cuda_infer.h"
 
+/* N has no cap here, unlike the plain few-row product: the lm head of a
+ * decode step comes this way with its final norm. */
 static int fused_fits(int M, int N, int K, const void *a, const void *w, const void *norm_w) {
-    return M >= 1 && M <= GEMV_MAX_M && N >= 1 && N <= GEMV_MAX_N && K >= 8 && K % 8 == 0 &&
+    return M >= 1 && M <= GEMV_MAX_M && N >= 1 && K >= 8 && K % 8 == 0 &&
            (size_t)M * K * sizeof(bf16) <= GEMV_XS_MAX && is_aligned16(a) &&
            is_aligned16(w) && (!norm_w || is_aligned16(norm_w));
 }
 
-extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w,
+extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, int c_f32, void *tmp, const void *x, const void *norm_w,
                                     const void *w, int M, int N, int K, float eps, float alpha, float beta) {
     if (M < 0 || N < 0 || K <= 0) DK_ABORT("ops_rmsnorm_matmul: bad shape M=%d N=%d K=%d", M, N, K);
     if (M == 0 || N == 0) return;
     if (fused_fits(M, N, K, x, w, norm_w)) {
         gemv_args g = {c, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, N, K, K, eps, alpha, beta};
-        gemv_launch_rows<GEMV_RMSNORM, 1, false>(ctx, g, M);
+        if (c_f32) gemv_launch_rows<GEMV_RMSNORM, 1, true>(ctx, g, M);
+        else gemv_launch_rows<GEMV_RMSNORM, 1, false>(ctx, g, M);
         return;
     }
     /* rstd is not needed past the norm: scratch is free again for the matmul. */
     float *rstd = (float *)ctx_scratch(ctx, (size_t)M * sizeof(float), "ops_rmsnorm_matmul");
     cuda_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
-    cuda_matmul(ctx, c, 0, tmp, w, M, N, K, 0, 1, alpha, beta);
+    cuda_matmul(ctx, c, c_f32, tmp, w, M, N, K, 0, 1, alpha, beta);
 }
 
 extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x,
@@ -49,6 +52,6 @@ extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void
         gemv_launch_rows<GEMV_RMSNORM, 2, false>(ctx, g, M);
         return;
     }
-    cuda_rmsnorm_matmul(ctx, gu, tmp, x, norm_w, w, M, 2 * I, K, eps, 1.0f, 0.0f);
+    cuda_rmsnorm_matmul(ctx, gu, 0, tmp, x, norm_w, w, M, 2 * I, K, eps, 1.0f, 0.0f);
     cuda_swiglu_forward(ctx, h, gu, M, I);
 }

@@ -159,6 +159,23 @@ extern "C" void cuda_free(ops_ctx *ctx, void *p) {
     if (p) CUDA_CHECK(cudaFree(p));
 }
 
+extern "C" void *cuda_host_alloc(ops_ctx *ctx, size_t bytes) {
+    if (bytes == 0) return NULL;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        DK_ABORT("ops_host_alloc: cudaHostAlloc of %zu bytes for gpu %d failed: %s", bytes, ctx->gpu,
+                 cudaGetErrorString(e));
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+extern "C" void cuda_host_free(ops_ctx *ctx, void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
 extern "C" void cuda_zero(ops_ctx *ctx, void *p, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_stream(ctx)));
 }
@@ -167,7 +184,8 @@ extern "C" void cuda_sync(ops_ctx *ctx) { CUDA_CHECK(cudaStreamSynchronize(ctx_s
 
 /* From pageable memory the runtime has copied the source to its own staging
  * area by the time cudaMemcpyAsync returns, so the caller may reuse it; the
- * device copy itself completes in stream order. */
+ * device copy itself completes in stream order. From ops_host_alloc memory
+ * the copy reads the source in stream order: keep it until a sync. */
 extern "C" void cuda_upload(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, ctx_stream(ctx)));
 }

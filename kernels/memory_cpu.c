@@ -29,6 +29,10 @@ void *cpu_alloc(ops_ctx *ctx, size_t bytes) { return dk_calloc(1, bytes); }
 
 void cpu_free(ops_ctx *ctx, void *p) { free(p); }
 
+void *cpu_host_alloc(ops_ctx *ctx, size_t bytes) { return dk_calloc(1, bytes); }
+
+void cpu_host_free(ops_ctx *ctx, void *p) { free(p); }
+
 void cpu_zero(ops_ctx *ctx, void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
 }

@@ -99,6 +99,8 @@ size_t ops_act_size(const ops_ctx *ctx) { DISPATCH_RETURN(act_size, ctx); }
 void *ops_alloc(ops_ctx *ctx, size_t bytes) { DISPATCH_RETURN(alloc, ctx, bytes); }
 void ops_free(ops_ctx *ctx, void *p) { DISPATCH(free, ctx, p); }
 void ops_zero(ops_ctx *ctx, void *p, size_t bytes) { DISPATCH(zero, ctx, p, bytes); }
+void *ops_host_alloc(ops_ctx *ctx, size_t bytes) { DISPATCH_RETURN(host_alloc, ctx, bytes); }
+void ops_host_free(ops_ctx *ctx, void *p) { DISPATCH(host_free, ctx, p); }
 ops_graph *ops_graph_capture(ops_ctx *ctx, void (*fn)(void *), void *user) {
     DISPATCH_RETURN(graph_capture, ctx, fn, user);
 }
@@ -225,9 +227,9 @@ void ops_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, floa
 
 /* ---- generation ----------------------------------------------------------------- */
 
-void ops_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
+void ops_rmsnorm_matmul(ops_ctx *ctx, void *c, int c_f32, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                         int N, int K, float eps, float alpha, float beta) {
-    DISPATCH(rmsnorm_matmul, ctx, c, tmp, x, norm_w, w, M, N, K, eps, alpha, beta);
+    DISPATCH(rmsnorm_matmul, ctx, c, c_f32, tmp, x, norm_w, w, M, N, K, eps, alpha, beta);
 }
 void ops_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
                                const void *w, int M, int I, int K, float eps) {

@@ -51,6 +51,11 @@ size_t ops_act_size(const ops_ctx *ctx); /* bytes per act element: 4 CPU, 2 CUDA
 void *ops_alloc(ops_ctx *ctx, size_t bytes); /* zeroed; aborts on OOM */
 void ops_free(ops_ctx *ctx, void *p);
 void ops_zero(ops_ctx *ctx, void *p, size_t bytes);
+/* Host memory for the buffers a loop copies to and from the device every
+ * step: page-locked on CUDA, so a copy is one DMA with no staging through
+ * the runtime's own buffer; zeroed; aborts on failure. */
+void *ops_host_alloc(ops_ctx *ctx, size_t bytes);
+void ops_host_free(ops_ctx *ctx, void *p);
 void ops_sync(ops_ctx *ctx);
 /* Host <-> device copies of raw bytes. */
 void ops_upload(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);
@@ -195,7 +200,7 @@ void ops_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, con
  * holds the normalised rows where the backend runs the ops in turn
  * (always on the CPU; on CUDA above a few rows); its contents after the call
  * are unspecified. */
-void ops_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
+void ops_rmsnorm_matmul(ops_ctx *ctx, void *c, int c_f32, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                         int N, int K, float eps, float alpha, float beta);
 void ops_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
                                const void *w, int M, int I, int K, float eps);

@@ -16,6 +16,8 @@ void cpu_ctx_free(ops_ctx *ctx);
 size_t cpu_act_size(const ops_ctx *ctx);
 void *cpu_alloc(ops_ctx *ctx, size_t bytes);
 void cpu_free(ops_ctx *ctx, void *p);
+void *cpu_host_alloc(ops_ctx *ctx, size_t bytes);
+void cpu_host_free(ops_ctx *ctx, void *p);
 void cpu_zero(ops_ctx *ctx, void *p, size_t bytes);
 void cpu_sync(ops_ctx *ctx);
 void cpu_upload(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);
@@ -82,7 +84,7 @@ void cpu_adamw(ops_ctx *ctx, void *param, float *master, const float *grad, floa
                float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale);
 
 /* fused_matmul_cpu.c */
-void cpu_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
+void cpu_rmsnorm_matmul(ops_ctx *ctx, void *c, int c_f32, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                         int N, int K, float eps, float alpha, float beta);
 void cpu_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
                                const void *w, int M, int I, int K, float eps);

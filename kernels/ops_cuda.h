@@ -35,6 +35,8 @@ void cuda_ctx_free(ops_ctx *ctx);
 size_t cuda_act_size(const ops_ctx *ctx);
 void *cuda_alloc(ops_ctx *ctx, size_t bytes);
 void cuda_free(ops_ctx *ctx, void *p);
+void *cuda_host_alloc(ops_ctx *ctx, size_t bytes);
+void cuda_host_free(ops_ctx *ctx, void *p);
 void cuda_zero(ops_ctx *ctx, void *p, size_t bytes);
 void cuda_sync(ops_ctx *ctx);
 void cuda_upload(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);

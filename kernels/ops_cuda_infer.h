@@ -19,7 +19,7 @@ void cuda_kv_write(ops_ctx *ctx, void *k_cache, void *v_cache, const void *k, co
 /* fused_matmul.cu: the few-row matmul of matmul_gemv.cu with the RMSNorm
  * in its loads, and with the SwiGLU as its output (M <= 8); the ops in turn
  * above that. */
-void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, void *tmp, const void *x, const void *norm_w, const void *w, int M,
+void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, int c_f32, void *tmp, const void *x, const void *norm_w, const void *w, int M,
                          int N, int K, float eps, float alpha, float beta);
 void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x, const void *norm_w,
                                 const void *w, int M, int I, int K, float eps);

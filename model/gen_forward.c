@@ -75,7 +75,7 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
          * [T, q | k | v] rows, then one op norms and rotates q and k and
          * caches k and v. */
         char *rows = T == 1 ? f->qkv : f->qkv_fused;
-        ops_rmsnorm_matmul(ctx, rows, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
+        ops_rmsnorm_matmul(ctx, rows, 0, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
         if (c->qkv_bias) ops_bias_forward(ctx, rows, W(P_BQ), T, Q + 2 * KV);
         ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], rows, c->qk_norm ? W(P_Q_NORM) : NULL,
                          c->qk_norm ? W(P_K_NORM) : NULL, st->pos, st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
@@ -164,7 +164,9 @@ void gen_forward_run(gen_forward *f, const gen_step *st) {
         ops_embedding_forward(ctx, f->xs, st->rows, f->x, st->n_rows, C);
         hs = f->xs;
     }
-    ops_rmsnorm_forward(ctx, f->lnf, f->rstd, hs, m->params.final_norm, st->n_rows, C, c->rms_eps);
-    ops_matmul(ctx, f->logits, 1, f->lnf, model_lm_head_weight(m), st->n_rows, V, C, 0, 1, 1.0f, 0.0f);
+    /* The final norm rides on the lm head's product where the backend can
+     * (one kernel at a few rows; f->lnf holds the normalised rows otherwise). */
+    ops_rmsnorm_matmul(ctx, f->logits, 1, f->lnf, hs, m->params.final_norm, model_lm_head_weight(m), st->n_rows, V,
+                       C, c->rms_eps, 1.0f, 0.0f);
     if (st->sample) ops_sample(ctx, st->out_tokens, st->out_logprobs, f->logits, st->params, st->n_rows, V);
 }

@@ -14,7 +14,8 @@
  * The residual adds ride on the projections (matmul with beta = 1), the
  * RMSNorms on the products after them and the SwiGLU on the gate|up
  * product (ops_rmsnorm_matmul, ops_rmsnorm_matmul_swiglu: one kernel each
- * for a few rows on CUDA), so a decode layer is six op calls.
+ * for a few rows on CUDA), so a decode layer is six op calls; the final
+ * RMSNorm rides on the lm head's product the same way.
  * q, k and v come from one matmul with the stacked wq|wk|wv (adjacent in
  * the layer buffer, as are bq|bk|bv) when a step has at most
  * GEN_FUSED_QKV_TOKENS tokens. A step over cached prefixes

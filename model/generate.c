@@ -159,10 +159,10 @@ dk_status gen_create(gen_engine **out, model *m, const gen_config *gc_in) {
     e->live = dk_calloc((size_t)gc.max_batch, sizeof(gen_seq *));
     e->entries = dk_calloc((size_t)gc.max_batch, sizeof(step_entry));
     e->meta_bytes = meta_capacity(e);
-    e->meta_host = dk_calloc(1, e->meta_bytes);
+    e->meta_host = ops_host_alloc(ctx, e->meta_bytes);
     e->meta_dev = ops_alloc(ctx, e->meta_bytes);
     e->out_dev = ops_alloc(ctx, 2 * (size_t)gc.max_batch * sizeof(int32_t));
-    e->out_host = dk_calloc(2 * (size_t)gc.max_batch, sizeof(int32_t));
+    e->out_host = ops_host_alloc(ctx, 2 * (size_t)gc.max_batch * sizeof(int32_t));
     *out = e;
     return DK_OK;
 }
@@ -175,8 +175,8 @@ void gen_free(gen_engine *e) {
     kv_cache_free(&e->kv);
     ops_free(e->ctx, e->meta_dev);
     ops_free(e->ctx, e->out_dev);
-    free(e->meta_host);
-    free(e->out_host);
+    ops_host_free(e->ctx, e->meta_host);
+    ops_host_free(e->ctx, e->out_host);
     free(e->queue);
     free(e->live);
     free(e->entries);
@@ -377,6 +377,8 @@ static int run_step(gen_engine *e, const step_entry *en, int n, int sample, cons
         }
         s->last_used = e->tick;
     }
+    /* meta_host is page-locked: the copy reads it in stream order, and the
+     * step is synchronised below before it is written again. */
     ops_upload(e->ctx, e->meta_dev, e->meta_host, used);
 
     char *dev = e->meta_dev;

@@ -10,7 +10,7 @@
  *   of one transformed element, by one of its ulps:
  *   |fused - unfused| <= 2e-4 * scale + 2^-8 |unfused|.
  * Both output a bf16 C with alpha and beta (beta = 1 as a residual add
- * would). ops_rmsnorm_matmul_swiglu against the CPU backend (its SwiGLU of
+ * would), and an fp32 C (the lm head's logits) at the same tolerances. ops_rmsnorm_matmul_swiglu against the CPU backend (its SwiGLU of
  * the bf16-rounded product: 2e-3 * scale + 2^-6 |cpu|) and, bit for bit,
  * against ops_rmsnorm_matmul then ops_swiglu_forward on the GPU: its
  * kernel streams the gate and up rows in the order the plain kernel does
@@ -31,44 +31,59 @@ static const int other_grids[] = {-1, 64};
 static double worst_cpu = 0.0, worst_gpu = 0.0;
 static int cases = 0;
 
-static void check_case(ctx_pair *p, int M, int N, int K, float beta) {
+/* The output C as fp32 host values, from bf16 (act) or fp32 device memory. */
+static float *get_out(ops_ctx *g, const void *c, size_t n, int f32) {
+    if (!f32) return get_act(g, c, n);
+    float *h = dk_malloc(n * sizeof(float));
+    ops_download(g, h, c, n * sizeof(float));
+    return h;
+}
+
+/* C's starting values c0 into the device buffer c (bf16 or fp32). */
+static void put_out(ops_ctx *g, void *c, const float *c0, size_t n, int f32) {
+    if (f32) ops_upload(g, c, c0, n * sizeof(float));
+    else ops_upload_act(g, c, c0, n);
+}
+
+static void check_case(ctx_pair *p, int M, int N, int K, float beta, int f32) {
     ops_ctx *g = &p->gpu;
-    const size_t nin = (size_t)M * K;
+    const size_t nin = (size_t)M * K, nout = (size_t)M * N, osz = f32 ? sizeof(float) : 2;
     float *x = rand_bf16(nin, 1.0f, 0.0f), *nw = rand_bf16((size_t)K, 0.3f, 1.0f);
-    float *w = rand_bf16((size_t)N * K, 0.05f, 0.0f), *c0 = rand_bf16((size_t)M * N, 1.0f, 0.0f);
+    float *w = rand_bf16((size_t)N * K, 0.05f, 0.0f), *c0 = rand_bf16(nout, 1.0f, 0.0f);
     dev_buf dx = dev_act(g, x, nin, 0), dnw = dev_act(g, nw, K, 0), dw = dev_act(g, w, (size_t)N * K, 0);
-    dev_buf dc = dev_act(g, c0, (size_t)M * N, 0), du = dev_act(g, c0, (size_t)M * N, 0);
+    void *dc = ops_alloc(g, nout * osz), *du = ops_alloc(g, nout * osz);
+    put_out(g, dc, c0, nout, f32), put_out(g, du, c0, nout, f32);
     void *tmp = ops_alloc(g, (size_t)M * K * 2);
-    float *want = copy_f32(c0, (size_t)M * N), *tmp_c = dk_malloc((size_t)M * K * sizeof(float));
+    float *want = copy_f32(c0, nout), *tmp_c = dk_malloc((size_t)M * K * sizeof(float));
     const float alpha = 1.0f, eps = 1e-6f;
-    ops_rmsnorm_matmul(g, dc.p, tmp, dx.p, dnw.p, dw.p, M, N, K, eps, alpha, beta);
-    ops_rmsnorm_matmul(&p->cpu, want, tmp_c, x, nw, w, M, N, K, eps, alpha, beta);
+    ops_rmsnorm_matmul(g, dc, f32, tmp, dx.p, dnw.p, dw.p, M, N, K, eps, alpha, beta);
+    ops_rmsnorm_matmul(&p->cpu, want, 1, tmp_c, x, nw, w, M, N, K, eps, alpha, beta);
     float *rstd = ops_alloc(g, (size_t)M * sizeof(float));
     ops_rmsnorm_forward(g, tmp, rstd, dx.p, dnw.p, M, K, eps);
     ops_free(g, rstd);
-    ops_matmul(g, du.p, 0, tmp, dw.p, M, N, K, 0, 1, alpha, beta);
-    float *got = get_act(g, dc.p, (size_t)M * N), *unf = get_act(g, du.p, (size_t)M * N);
+    ops_matmul(g, du, f32, tmp, dw.p, M, N, K, 0, 1, alpha, beta);
+    float *got = get_out(g, dc, nout, f32), *unf = get_out(g, du, nout, f32);
     for (int i = 0; i < 2; i++) {
         cuda_gemv_force_residency(other_grids[i]);
-        ops_upload_act(g, dc.p, c0, (size_t)M * N);
-        ops_rmsnorm_matmul(g, dc.p, tmp, dx.p, dnw.p, dw.p, M, N, K, eps, alpha, beta);
-        float *again = get_act(g, dc.p, (size_t)M * N);
-        CHECK(!memcmp(again, got, (size_t)M * N * sizeof(float)),
-              "rmsnorm_matmul M=%d N=%d K=%d beta=%g: grid %d gives other bits", M, N, K, beta, other_grids[i]);
+        put_out(g, dc, c0, nout, f32);
+        ops_rmsnorm_matmul(g, dc, f32, tmp, dx.p, dnw.p, dw.p, M, N, K, eps, alpha, beta);
+        float *again = get_out(g, dc, nout, f32);
+        CHECK(!memcmp(again, got, nout * sizeof(float)), "rmsnorm_matmul M=%d N=%d K=%d beta=%g %s: grid %d gives other bits",
+              M, N, K, beta, f32 ? "fp32" : "bf16", other_grids[i]);
         free(again);
     }
     cuda_gemv_force_residency(0);
-    double scale = max_abs(want, (size_t)M * N);
+    double scale = max_abs(want, nout);
     if (scale == 0.0) scale = 1.0;
-    const double r_cpu = tol_ratio(got, want, (size_t)M * N, 2e-3 * scale, 1.0 / 128.0);
-    const double r_gpu = tol_ratio(got, unf, (size_t)M * N, 2e-4 * scale, 1.0 / 256.0);
+    const double r_cpu = tol_ratio(got, want, nout, 2e-3 * scale, 1.0 / 128.0);
+    const double r_gpu = tol_ratio(got, unf, nout, 2e-4 * scale, 1.0 / 256.0);
     worst_cpu = fmax(worst_cpu, r_cpu), worst_gpu = fmax(worst_gpu, r_gpu), cases++;
-    CHECK(r_cpu <= 1.0, "rmsnorm_matmul M=%d N=%d K=%d beta=%g: tolerance ratio against the CPU %.3g", M, N, K,
-          beta, r_cpu);
-    CHECK(r_gpu <= 1.0, "rmsnorm_matmul M=%d N=%d K=%d beta=%g: tolerance ratio against the unfused GPU ops %.3g", M,
-          N, K, beta, r_gpu);
-    dev_free(g, &dx), dev_free(g, &dnw), dev_free(g, &dw), dev_free(g, &dc), dev_free(g, &du);
-    ops_free(g, tmp);
+    CHECK(r_cpu <= 1.0, "rmsnorm_matmul M=%d N=%d K=%d beta=%g %s: tolerance ratio against the CPU %.3g", M, N, K,
+          beta, f32 ? "fp32" : "bf16", r_cpu);
+    CHECK(r_gpu <= 1.0, "rmsnorm_matmul M=%d N=%d K=%d beta=%g %s: tolerance ratio against the unfused GPU ops %.3g",
+          M, N, K, beta, f32 ? "fp32" : "bf16", r_gpu);
+    dev_free(g, &dx), dev_free(g, &dnw), dev_free(g, &dw);
+    ops_free(g, dc), ops_free(g, du), ops_free(g, tmp);
     free(x), free(nw), free(w), free(c0), free(want), free(tmp_c), free(got), free(unf);
 }
 
@@ -83,7 +98,7 @@ static void check_swiglu_case(ctx_pair *p, int M, int I, int K) {
     float *tmp_c = dk_malloc((size_t)M * K * 4);
     ops_rmsnorm_matmul_swiglu(g, h, gu, tmp, dx.p, dnw.p, dw.p, M, I, K, 1e-6f);
     ops_rmsnorm_matmul_swiglu(&p->cpu, want, gu_c, tmp_c, x, nw, w, M, I, K, 1e-6f);
-    ops_rmsnorm_matmul(g, gu, tmp, dx.p, dnw.p, dw.p, M, 2 * I, K, 1e-6f, 1.0f, 0.0f);
+    ops_rmsnorm_matmul(g, gu, 0, tmp, dx.p, dnw.p, dw.p, M, 2 * I, K, 1e-6f, 1.0f, 0.0f);
     ops_swiglu_forward(g, h2, gu, M, I);
     float *got = get_act(g, h, (size_t)M * I), *seq = get_act(g, h2, (size_t)M * I);
     for (int i = 0; i < 2; i++) {
@@ -118,7 +133,13 @@ int main(void) {
                              {2, 2048, 6144}, {3, 7, 4096},     {9, 512, 512},  {40, 300, 128}, {1, 33, 1000},
                              {2, 5, 24},      {1, 200, 5000}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int beta = 0; beta < 2; beta++) check_case(&p, shapes[s][0], shapes[s][1], shapes[s][2], (float)beta);
+        for (int beta = 0; beta < 2; beta++) check_case(&p, shapes[s][0], shapes[s][1], shapes[s][2], (float)beta, 0);
+    /* fp32 output, as a decode step's final norm and lm head: wider than the
+     * plain few-row product takes (GEMV_MAX_N), the model's K, odd ones, and
+     * 9 rows (the ops in turn). */
+    const int wide[][3] = {{1, 40000, 512}, {3, 33001, 256}, {1, 4096, 2048}, {8, 5000, 2048}, {2, 77, 24}, {9, 700, 512}};
+    for (size_t s = 0; s < sizeof wide / sizeof wide[0]; s++)
+        for (int beta = 0; beta < 2; beta++) check_case(&p, wide[s][0], wide[s][1], wide[s][2], (float)beta, 1);
     /* The MLP's first half at the model's shape (2048 -> 2 x 6144), a long K
      * (several warps per column) and odd ones; 9 and 33 rows run the ops in
      * turn. */

@@ -224,11 +224,11 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     } while (0)
     const double wqkv = 2.0 * (Q + 2.0 * KV) * C;
     TIME("embedding", 1, 2.0 * B * C, ops_embedding_forward(ctx, x, d_tok, m->params.embed, B, C));
-    /* The step's norms before q|k|v and gate|up ride on those products (the
-     * rows in parentheses time the parts alone); the final norm runs alone. */
-    TIME("rmsnorm [B, C]", 1, 4.0 * B * C, ops_rmsnorm_forward(ctx, ln, rstd, x, WL(P_ATTN_NORM), B, C, 1e-6f));
+    /* The step's norms ride on the products after them: q|k|v, gate|up and
+     * the lm head (the rows in parentheses time the parts alone). */
+    TIME("(rmsnorm [B, C] alone)", 0, 4.0 * B * C, ops_rmsnorm_forward(ctx, ln, rstd, x, WL(P_ATTN_NORM), B, C, 1e-6f));
     TIME("rmsnorm + matmul q|k|v", L, wqkv,
-         ops_rmsnorm_matmul(ctx, fused, ln, x, WL(P_ATTN_NORM), WL(P_WQ), B, Q + 2 * KV, C, 1e-6f, 1.0f, 0.0f));
+         ops_rmsnorm_matmul(ctx, fused, 0, ln, x, WL(P_ATTN_NORM), WL(P_WQ), B, Q + 2 * KV, C, 1e-6f, 1.0f, 0.0f));
     TIME("(matmul q|k|v alone)", 0, wqkv, ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
     if (B > 1) {
         TIME("(matmul q alone)", 0, 2.0 * Q * C, ops_matmul(ctx, qkv, 0, ln, WL(P_WQ), B, Q, C, 0, 1, 1.0f, 0.0f));
@@ -275,7 +275,9 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
              ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
         cuda_matmul_skinny_force_all(0);
     }
-    TIME("matmul lm head (fp32 out)", 1, 2.0 * V * C,
+    TIME("rmsnorm + lm head (fp32 out)", 1, 2.0 * V * C,
+         ops_rmsnorm_matmul(ctx, logits, 1, ln, x, m->params.final_norm, m->params.embed, B, V, C, 1e-6f, 1.0f, 0.0f));
+    TIME("(matmul lm head alone)", 0, 2.0 * V * C,
          ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
     TIME("sample", 1, 8.0 * B * V, ops_sample(ctx, d_out, (float *)(d_out + B), logits, d_prm, B, V));
 #undef TIME
@@ -316,7 +318,7 @@ static void chain_run(void *user) {
     for (int l = 0; l < c->n_layers; l++) {
 #define W(t) param_layer_ptr(&m->params, &m->layout, l, t)
         if (!(ch->skip & 1u << CH_QKV))
-            ops_rmsnorm_matmul(ctx, f->qkv, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
+            ops_rmsnorm_matmul(ctx, f->qkv, 0, f->ln, f->x, W(P_ATTN_NORM), W(P_WQ), T, Q + 2 * KV, C, eps, 1.0f, 0.0f);
         if (!(ch->skip & 1u << CH_TO_CACHE))
             ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], f->qkv, W(P_Q_NORM), W(P_K_NORM), st->pos,
                              st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
@@ -446,13 +448,19 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
         gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
         must(gen_run(e, &s, 1, &p), "prefill");
         p.max_new_tokens = NEW;
+        const gen_stats st0 = *gen_get_stats(e);
         double a = dk_now();
         must(gen_run(e, &s, 1, &p), "decode");
         double per = (dk_now() - a) / NEW;
+        const gen_stats *st1 = gen_get_stats(e);
+        const double fwd = (st1->forward_s - st0.forward_s) / (double)(st1->steps - st0.steps);
         double roof = (W + (CTX + NEW / 2.0) * KVT) / bw;
         printf("\n[batch 1, 1k context%s]\n  %.3f ms/token; roofline %.3f ms (weights %.2f GB + KV %.3f GB): %.2fx the "
                "roofline\n",
                tag, per * 1e3, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9, per / roof);
+        printf("  a step from its launch to its tokens on the host %.3f ms; the host's planning, packing and upload "
+               "%.1f us a token\n",
+               fwd * 1e3, (per - fwd) * 1e6);
         gen_seq_free(e, s);
     }
 }
