@@ -63,6 +63,18 @@ void ops_download(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
 /* fp32 host array <-> act device array (converts to / from the storage type). */
 void ops_upload_act(ops_ctx *ctx, void *dst, const float *src_host, size_t n);
 void ops_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n);
+/* A point in the context's stream that the host can wait for: ops queued
+ * before ops_event_record have finished when ops_event_sync returns, while
+ * ops queued after it may still run. ops_download_async queues a copy to
+ * the host without waiting (dst_host from ops_host_alloc; read it after an
+ * event recorded behind the copy). */
+typedef struct ops_event ops_event;
+ops_event *ops_event_new(ops_ctx *ctx);
+void ops_event_record(ops_ctx *ctx, ops_event *e);
+void ops_event_sync(ops_ctx *ctx, ops_event *e);
+void ops_event_free(ops_ctx *ctx, ops_event *e);
+void ops_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
+
 /* A replayable capture of the ops fn(user) queues (CUDA graphs): launching
  * it reruns those ops with the same pointers and sizes, reading whatever the
  * device buffers hold then. NULL, with the reason in dk_error(), where the

@@ -74,6 +74,13 @@ void cpu_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
                          const void *h, const void *W, const int32_t *target, const float *lse,
                          const float *entropy, int T, int C, int V, float inv_temp, int chunk);
 
+/* event_cpu.c */
+ops_event *cpu_event_new(ops_ctx *ctx);
+void cpu_event_record(ops_ctx *ctx, ops_event *e);
+void cpu_event_sync(ops_event *e);
+void cpu_event_free(ops_event *e);
+void cpu_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
+
 /* graph_cpu.c */
 ops_graph *cpu_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);
 void cpu_graph_launch(ops_ctx *ctx, ops_graph *g);

@@ -66,6 +66,13 @@ int cuda_matmul_skinny_all(void);
  * (cuda_common.cuh); on by default, a benchmark turns it off to measure it */
 void cuda_pdl_set(int on);
 
+/* event.cu */
+ops_event *cuda_event_new(ops_ctx *ctx);
+void cuda_event_record(ops_ctx *ctx, ops_event *e);
+void cuda_event_sync(ops_event *e);
+void cuda_event_free(ops_event *e);
+void cuda_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
+
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);
 void cuda_graph_launch(ops_ctx *ctx, ops_graph *g);

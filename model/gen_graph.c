@@ -39,6 +39,9 @@ gen_graph_result gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *
         }
         if (!s->g || (victim->g && s->used < victim->used)) victim = s;
     }
+    /* The engine may have a step queued ahead, perhaps the victim's graph:
+     * the capture starts on an idle stream and nothing replaced still runs. */
+    ops_sync(ctx);
     capture_args a = {f, st};
     ops_graph *g = ops_graph_capture(ctx, capture_body, &a);
     if (!g) {
@@ -46,11 +49,7 @@ gen_graph_result gen_graphs_run(gen_graphs *gg, gen_forward *f, const gen_step *
         gg->disabled = 1;
         return GEN_GRAPH_NONE;
     }
-    if (victim->g) {
-        /* Steps are synchronised before the next one is planned, so the
-         * graph being replaced is not running. */
-        ops_graph_free(ctx, victim->g);
-    }
+    if (victim->g) ops_graph_free(ctx, victim->g);
     victim->key = *st;
     victim->g = g;
     victim->used = gg->tick;

@@ -7,7 +7,12 @@
  * query offsets, context lengths, block table, sampling settings) into one
  * host buffer, upload it with a single copy, run the forward, and download
  * the sampled tokens and their logprobs with a single copy. Host work per
- * step is proportional to the batch, never to the cache. */
+ * step is proportional to the batch, never to the cache. While a decode
+ * step runs, the next one is already queued behind it (its input tokens are
+ * the ones the running step samples, still on the device), so that host
+ * work and the launch overlap the GPU's instead of separating steps; a
+ * sequence that ends on the running step has its row of the step ahead
+ * dropped. */
 #include "model/generate.h"
 
 #include <math.h>
@@ -25,6 +30,22 @@ typedef struct {
     int take;    /* tokens processed this step: positions n_cached .. n_cached + take - 1 */
     int logits;  /* its last token's logits are computed (all new tokens are in the step) */
 } step_entry;
+
+/* What one step reads and writes outside the forward. */
+typedef struct {
+    char *meta_host;     /* step metadata: page-locked host staging ... */
+    void *meta_dev;      /* ... and its device copy, same layout */
+    void *out_dev;       /* [rows] int32 tokens, then [rows] fp32 logprobs */
+    int32_t *out_host;   /* their copy on the host (page-locked) */
+    ops_event *done;     /* recorded behind that copy */
+} step_buf;
+
+/* A queued step: its buffer and logit rows. */
+typedef struct {
+    int buf;
+    int rows;
+    int sample;
+} step_run;
 
 struct gen_engine {
     model *m;
@@ -46,12 +67,11 @@ struct gen_engine {
     int n_live;
     step_entry *entries;
 
-    /* Step metadata: host staging and its device copy, same layout. */
-    char *meta_host;
-    void *meta_dev;
+    /* Step buffers, used by steps in turn: one can be packed and queued
+     * while the step before still runs on the other. */
+    step_buf buf[2];
+    int next_buf;
     size_t meta_bytes;
-    void *out_dev;       /* [rows] int32 tokens, then [rows] fp32 logprobs */
-    int32_t *out_host;
 };
 
 const char *gen_stop_name(gen_stop s) {
@@ -159,10 +179,14 @@ dk_status gen_create(gen_engine **out, model *m, const gen_config *gc_in) {
     e->live = dk_calloc((size_t)gc.max_batch, sizeof(gen_seq *));
     e->entries = dk_calloc((size_t)gc.max_batch, sizeof(step_entry));
     e->meta_bytes = meta_capacity(e);
-    e->meta_host = ops_host_alloc(ctx, e->meta_bytes);
-    e->meta_dev = ops_alloc(ctx, e->meta_bytes);
-    e->out_dev = ops_alloc(ctx, 2 * (size_t)gc.max_batch * sizeof(int32_t));
-    e->out_host = ops_host_alloc(ctx, 2 * (size_t)gc.max_batch * sizeof(int32_t));
+    for (int b = 0; b < 2; b++) {
+        step_buf *sb = &e->buf[b];
+        sb->meta_host = ops_host_alloc(ctx, e->meta_bytes);
+        sb->meta_dev = ops_alloc(ctx, e->meta_bytes);
+        sb->out_dev = ops_alloc(ctx, 2 * (size_t)gc.max_batch * sizeof(int32_t));
+        sb->out_host = ops_host_alloc(ctx, 2 * (size_t)gc.max_batch * sizeof(int32_t));
+        sb->done = ops_event_new(ctx);
+    }
     *out = e;
     return DK_OK;
 }
@@ -173,10 +197,14 @@ void gen_free(gen_engine *e) {
     gen_graphs_free(&e->graphs, e->ctx);
     gen_forward_free(&e->fwd);
     kv_cache_free(&e->kv);
-    ops_free(e->ctx, e->meta_dev);
-    ops_free(e->ctx, e->out_dev);
-    ops_host_free(e->ctx, e->meta_host);
-    ops_host_free(e->ctx, e->out_host);
+    for (int b = 0; b < 2; b++) {
+        step_buf *sb = &e->buf[b];
+        ops_free(e->ctx, sb->meta_dev);
+        ops_free(e->ctx, sb->out_dev);
+        ops_host_free(e->ctx, sb->meta_host);
+        ops_host_free(e->ctx, sb->out_host);
+        ops_event_free(e->ctx, sb->done);
+    }
     free(e->queue);
     free(e->live);
     free(e->entries);
@@ -323,10 +351,14 @@ static int grow_pages(gen_engine *e, gen_seq *s, int tokens) {
 
 /* ---- steps ----------------------------------------------------------------------- */
 
-/* Packs, uploads and runs one step over entries[0..n-1]; returns the number
- * of logit rows. With sample, the sampled tokens and logprobs are in
- * e->out_host afterwards (tokens, then logprobs, `rows` of each). */
-static int run_step(gen_engine *e, const step_entry *en, int n, int sample, const gen_params *p) {
+/* Packs, uploads and queues one step over entries[0..n-1] in the next
+ * step buffer. The step's input tokens are the sequences' own, or with
+ * tokens_dev the rows a step before sampled, still on the device (a step
+ * queued ahead: one token per entry, row i for entry i). The cache
+ * bookkeeping (n_cached) moves at once; with sample, the sampled tokens
+ * and logprobs reach the buffer's out_host once step_wait returns. */
+static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, const gen_params *p,
+                            const int32_t *tokens_dev) {
     const int P = e->cfg.page_size;
     int T = 0, rows = 0, maxp = 1, fresh = !e->cfg.paged_prefill;
     for (int i = 0; i < n; i++) {
@@ -343,13 +375,18 @@ static int run_step(gen_engine *e, const step_entry *en, int n, int sample, cons
         maxp = (maxp + GEN_GRAPH_PAGE_BUCKET - 1) / GEN_GRAPH_PAGE_BUCKET * GEN_GRAPH_PAGE_BUCKET;
         if (maxp > e->max_pages_seq) maxp = e->max_pages_seq;
     }
+    /* The buffer was last used two steps ago, and that step has been waited
+     * for: its upload and its copy back are done. */
+    const int b = e->next_buf;
+    e->next_buf ^= 1;
+    step_buf *sb = &e->buf[b];
     /* Layout: sample_params first (8-byte aligned), then the int32 arrays. */
-    sample_params *prm = (sample_params *)e->meta_host;
-    int32_t *ints = (int32_t *)(e->meta_host + (size_t)rows * sizeof(sample_params));
+    sample_params *prm = (sample_params *)sb->meta_host;
+    int32_t *ints = (int32_t *)(sb->meta_host + (size_t)rows * sizeof(sample_params));
     int32_t *tok = ints, *pos = tok + T, *slot = pos + T, *cu = slot + T, *lens = cu + n + 1, *rowv = lens + n;
     int32_t *bt = rowv + rows, *qkv_rows = bt + (size_t)n * maxp;
     const int n_qkv = gen_forward_qkv_rows(&e->m->cfg, T, qkv_rows);
-    size_t used = (size_t)((char *)(qkv_rows + n_qkv) - e->meta_host);
+    size_t used = (size_t)((char *)(qkv_rows + n_qkv) - sb->meta_host);
     if (used > e->meta_bytes) DK_ABORT("generation: step metadata of %zu bytes exceeds the planned %zu", used, e->meta_bytes);
 
     int t = 0, r = 0;
@@ -358,7 +395,7 @@ static int run_step(gen_engine *e, const step_entry *en, int n, int sample, cons
         gen_seq *s = en[i].s;
         for (int j = 0; j < en[i].take; j++, t++) {
             int ps = s->n_cached + j;
-            tok[t] = s->tokens[ps];
+            tok[t] = tokens_dev ? 0 : s->tokens[ps];
             pos[t] = ps;
             slot[t] = s->pages[ps / P] * P + ps % P;
         }
@@ -369,46 +406,64 @@ static int run_step(gen_engine *e, const step_entry *en, int n, int sample, cons
         memset(bt + (size_t)i * maxp + np, 0, (size_t)(maxp - np) * sizeof(int32_t));
         if (en[i].logits) {
             rowv[r] = t - 1;
+            /* The sampled token's index in the sequence is the draw's counter. */
             if (sample) {
                 prm[r] = (sample_params){.temperature = p->temperature, .top_p = p->top_p, .top_k = p->top_k,
-                                         .seed = s->seed, .counter = (uint64_t)s->n_tokens};
+                                         .seed = s->seed, .counter = (uint64_t)lens[i]};
             }
             r++;
         }
         s->last_used = e->tick;
     }
     /* meta_host is page-locked: the copy reads it in stream order, and the
-     * step is synchronised below before it is written again. */
-    ops_upload(e->ctx, e->meta_dev, e->meta_host, used);
+     * buffer is not packed again before this step has been waited for. */
+    ops_upload(e->ctx, sb->meta_dev, sb->meta_host, used);
 
-    char *dev = e->meta_dev;
+    char *dev = sb->meta_dev;
     const size_t off_ints = (size_t)rows * sizeof(sample_params);
 #define DEV(ptr) ((int32_t *)(dev + off_ints + (size_t)((ptr) - ints) * sizeof(int32_t)))
     gen_step st = {
         .T = T, .n_seqs = n, .n_rows = rows, .max_pages = maxp, .fresh = fresh, .gather = rows != T,
-        .sample = sample, .tokens = DEV(tok), .pos = DEV(pos), .slots = DEV(slot), .cu_q = DEV(cu),
-        .ctx_lens = DEV(lens), .block_table = DEV(bt), .rows = DEV(rowv), .qkv_rows = DEV(qkv_rows),
+        .sample = sample, .tokens = tokens_dev ? tokens_dev : DEV(tok), .pos = DEV(pos), .slots = DEV(slot),
+        .cu_q = DEV(cu), .ctx_lens = DEV(lens), .block_table = DEV(bt), .rows = DEV(rowv), .qkv_rows = DEV(qkv_rows),
         .params = (const sample_params *)dev,
-        .out_tokens = (int32_t *)e->out_dev, .out_logprobs = (float *)((int32_t *)e->out_dev + rows),
+        .out_tokens = (int32_t *)sb->out_dev, .out_logprobs = (float *)((int32_t *)sb->out_dev + rows),
     };
 #undef DEV
-    double t0 = dk_now();
     /* On the CPU the widened block table is all a graph step changes. */
     const gen_graph_result gr = graph && e->ctx->device == DK_DEVICE_CUDA ? gen_graphs_run(&e->graphs, &e->fwd, &st)
                                                                            : GEN_GRAPH_NONE;
     if (gr == GEN_GRAPH_NONE) gen_forward_run(&e->fwd, &st);
     e->stats.graph_captures += gr == GEN_GRAPH_CAPTURED;
     e->stats.graph_replays += gr == GEN_GRAPH_REPLAYED;
-    if (sample && rows) ops_download(e->ctx, e->out_host, e->out_dev, 2 * (size_t)rows * sizeof(int32_t));
-    else ops_sync(e->ctx);
-    e->stats.forward_s += dk_now() - t0;
+    if (sample && rows) {
+        ops_download_async(e->ctx, sb->out_host, sb->out_dev, 2 * (size_t)rows * sizeof(int32_t));
+        ops_event_record(e->ctx, sb->done);
+    }
     e->stats.steps++;
     e->tick++;
     for (int i = 0; i < n; i++) {
         en[i].s->n_cached += en[i].take;
         e->stats.prefill_tokens += en[i].take - (sample ? en[i].logits : 0);
     }
-    return rows;
+    return (step_run){.buf = b, .rows = rows, .sample = sample};
+}
+
+/* Waits for a queued step: its sampled tokens and logprobs are in
+ * e->buf[run->buf].out_host afterwards (tokens, then logprobs, `rows` of
+ * each); a step without them is waited for with the whole stream. */
+static void step_wait(gen_engine *e, const step_run *run) {
+    double t0 = dk_now();
+    if (run->sample && run->rows) ops_event_sync(e->ctx, e->buf[run->buf].done);
+    else ops_sync(e->ctx);
+    e->stats.wait_s += dk_now() - t0;
+}
+
+/* Queues and waits for one step; returns its number of logit rows. */
+static int run_step(gen_engine *e, step_entry *en, int n, int sample, const gen_params *p) {
+    const step_run run = step_launch(e, en, n, sample, p, NULL);
+    step_wait(e, &run);
+    return run.rows;
 }
 
 /* ---- runs ---------------------------------------------------------------------- */
@@ -494,6 +549,48 @@ static int plan_step(gen_engine *e) {
     return n;
 }
 
+/* Takes a waited-for step's sampled tokens for its sequences still running
+ * (a step queued ahead may hold rows of sequences that ended on the step
+ * before: those are counted and dropped). Returns the number that ended. */
+static int accept_step(gen_engine *e, const step_run *run, int ne, const gen_params *p, int max_ctx) {
+    const int32_t *tok = e->buf[run->buf].out_host;
+    const float *lp = (const float *)(tok + run->rows);
+    int r = 0, ended = 0;
+    for (int i = 0; i < ne; i++) {
+        if (!e->entries[i].logits) continue;
+        gen_seq *s = e->entries[i].s;
+        if (s->stop != GEN_RUNNING) {
+            e->stats.ahead_dropped++;
+        } else {
+            s->stop = accept_token(e, s, tok[r], lp[r], p, max_ctx);
+            ended += s->stop != GEN_RUNNING;
+        }
+        r++;
+    }
+    return ended;
+}
+
+/* Whether the step just queued over entries[0..ne-1] can have the next one
+ * queued behind it before its tokens are known: every live sequence is in
+ * it with its last token (the sampled one is the next input), nothing
+ * waits to be admitted, the token sampled cannot end a turn by budget or
+ * context (a stop token still may: the step ahead is then partly dropped),
+ * and the pages for one more token are free. */
+static int can_run_ahead(gen_engine *e, int ne, const gen_params *p, int max_ctx) {
+    if (e->cfg.sync_steps || e->q_len > 0 || ne != e->n_live) return 0;
+    for (int i = 0; i < ne; i++) {
+        const gen_seq *s = e->entries[i].s;
+        if (!e->entries[i].logits || s->n_cached != s->n_tokens) return 0;
+        if (s->n_tokens + 1 - s->turn_start >= p->max_new_tokens || s->n_tokens + 1 >= max_ctx) return 0;
+    }
+    for (int i = 0; i < ne; i++) {
+        gen_seq *s = e->entries[i].s;
+        if (!grow_pages(e, s, s->n_tokens + 1)) return 0;
+        e->entries[i].take = 1;
+    }
+    return 1;
+}
+
 static dk_status check_params(const gen_engine *e, const gen_params *p) {
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
         return dk_fail(DK_ERR_USAGE, "gen_run: temperature must be >= 0 and finite, got %g", (double)p->temperature);
@@ -543,15 +640,29 @@ dk_status gen_run(gen_engine *e, gen_seq **seqs, int n, const gen_params *p) {
         admit(e);
         int ne = plan_step(e);
         if (ne == 0) continue; /* everything was preempted: admit again */
-        int rows = run_step(e, e->entries, ne, 1, p);
-        const int32_t *tok = e->out_host;
-        const float *lp = (const float *)(e->out_host + rows);
-        int r = 0;
-        for (int i = 0; i < ne; i++) {
-            if (!e->entries[i].logits) continue;
-            gen_seq *s = e->entries[i].s;
-            s->stop = accept_token(e, s, tok[r], lp[r], p, max_ctx);
-            r++;
+        step_run cur = step_launch(e, e->entries, ne, 1, p, NULL);
+        /* While a step runs, the next one is queued behind it when it can
+         * only be one more token for each of the same sequences (its input
+         * tokens are the rows this one samples). The host plans, packs and
+         * launches during the GPU's work instead of between steps. */
+        for (;;) {
+            step_run ahead = {.buf = -1};
+            if (can_run_ahead(e, ne, p, max_ctx)) {
+                ahead = step_launch(e, e->entries, ne, 1, p, (const int32_t *)e->buf[cur.buf].out_dev);
+                e->stats.ahead_steps++;
+            }
+            step_wait(e, &cur);
+            const int stopped = accept_step(e, &cur, ne, p, max_ctx);
+            if (ahead.buf < 0) break;
+            if (stopped) {
+                /* The step ahead ran for sequences that have just ended: their
+                 * rows are dropped (the cache keeps the key and value of the
+                 * last accepted token, which is what the step ahead wrote). */
+                step_wait(e, &ahead);
+                accept_step(e, &ahead, ne, p, max_ctx);
+                break;
+            }
+            cur = ahead;
         }
         /* Finished sequences leave; the rest keep their order. */
         int k = 0;

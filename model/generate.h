@@ -49,6 +49,8 @@ typedef struct gen_config {
                                attention op (ops_attention_forward); 1: always paged */
     int cuda_graphs;        /* 1: decode steps replay captured graphs (model/gen_graph.h);
                                the CPU backend ignores it */
+    int sync_steps;         /* 1: every step is waited for before the next is queued;
+                               0: a decode step is queued while the one before runs */
 } gen_config;
 
 /* Why a sequence's last turn ended. */
@@ -111,7 +113,9 @@ typedef struct gen_stats {
     long preemptions;       /* live sequences sent back to the queue for lack of pages */
     long evictions;         /* idle conversations whose cache was dropped */
     long recomputed_tokens; /* tokens prefilled again after a preemption or eviction */
-    double forward_s;       /* wall time inside forwards, results downloaded */
+    double wait_s;          /* wall time the host waited for steps to finish */
+    long ahead_steps;       /* steps queued while the step before still ran */
+    long ahead_dropped;     /* their rows dropped: the sequence ended on the step before */
     long graph_captures;    /* decode-step shapes captured (cuda_graphs) */
     long graph_replays;     /* decode steps run by replaying a captured graph */
 } gen_stats;

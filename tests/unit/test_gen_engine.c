@@ -261,6 +261,97 @@ static void test_graph_shapes(const model_config *cfg) {
     CHECK(same, "widened block tables changed the generation");
 }
 
+/* Decode steps queued while the step before runs (the default) against
+ * every step waited for (sync_steps = 1): the same tokens over two turns,
+ * and the same logprobs to 2e-5 (a step ahead holds rows of ended
+ * sequences, so steps run at other batch sizes: fp32 sums in another
+ * order), with sequences ending at unforeseeable points (a stop check:
+ * the rows of the step already queued for them are dropped, and the cache
+ * keeps the key and value that step wrote for the last token), more
+ * sequences than the batch holds, and after the second turn the continued
+ * conversation's next-token logits equal a fresh prefill's. */
+static int stop_by_id(void *user, const gen_seq *s) {
+    (void)user;
+    return s->n_tokens - s->turn_start >= 2 + s->id % 7;
+}
+
+static void test_run_ahead(const model_config *cfg) {
+    enum { N = 7, TURNS = 2 };
+    const int lens[N] = {5, 1, 12, 3, 30, 8, 2};
+    int32_t *tok[2][N];
+    float *lp[2][N];
+    int ntok[2][N];
+    gen_stats st[2];
+    double diff = 0.0;
+    for (int mode = 0; mode < 2; mode++) {
+        gen_config gc = {.page_size = 4, .n_pages = 200, .max_batch = 4, .max_step_tokens = 64, .max_context = 128,
+                         .cuda_graphs = 1, .sync_steps = mode};
+        rig rg;
+        rig_open(&rg, cfg, &gc, 64, 9);
+        gen_engine *e = rg.e;
+        const int V = cfg->vocab_size;
+        gen_seq *seqs[N];
+        for (int i = 0; i < N; i++) seqs[i] = new_prompt(e, 70 + (uint64_t)i, lens[i], V);
+        gen_params p = {.temperature = 0.9f, .top_p = 1.0f, .max_new_tokens = 10, .stop_fn = stop_by_id};
+        int32_t feedback[6];
+        for (int i = 0; i < 6; i++) feedback[i] = (int32_t)((i * 53 + 7) % V);
+        for (int turn = 0; turn < TURNS; turn++) {
+            if (turn) {
+                for (int i = 0; i < N; i++) must(gen_seq_append(e, seqs[i], feedback, 1 + i % 6), "append feedback");
+                p.max_new_tokens = 14;
+            }
+            must(gen_run(e, seqs, N, &p), "gen_run");
+        }
+        for (int i = 0; i < N; i++) {
+            ntok[mode][i] = seqs[i]->n_tokens;
+            tok[mode][i] = dk_malloc((size_t)seqs[i]->n_tokens * sizeof(int32_t));
+            lp[mode][i] = dk_malloc((size_t)seqs[i]->n_tokens * sizeof(float));
+            memcpy(tok[mode][i], seqs[i]->tokens, (size_t)seqs[i]->n_tokens * sizeof(int32_t));
+            memcpy(lp[mode][i], seqs[i]->logprobs, (size_t)seqs[i]->n_tokens * sizeof(float));
+        }
+        st[mode] = *gen_get_stats(e);
+        if (mode == 0) {
+            /* A sequence whose last token is cached: it ended on its stop
+             * check, and that token's key and value came from a step ahead. */
+            int a = -1;
+            for (int i = 0; i < N && a < 0; i++)
+                if (seqs[i]->n_cached == seqs[i]->n_tokens) a = i;
+            CHECK(a >= 0, "no sequence ended with its last token cached by a step ahead");
+            if (a < 0) a = 0;
+            must(gen_seq_append(e, seqs[a], feedback, 3), "append feedback");
+            float *cont = dk_malloc((size_t)V * sizeof(float)), *fresh = dk_malloc((size_t)V * sizeof(float));
+            must(gen_logits(e, seqs[a], cont), "gen_logits continued");
+            gen_seq *f = gen_seq_new(e, 3);
+            must(gen_seq_append(e, f, seqs[a]->tokens, seqs[a]->n_tokens), "append history");
+            must(gen_logits(e, f, fresh), "gen_logits fresh");
+            diff = max_abs_diff(cont, fresh, (size_t)V);
+            free(cont), free(fresh);
+        }
+        rig_close(&rg);
+    }
+    int same = 1;
+    double lpd = 0.0;
+    for (int i = 0; i < N; i++) {
+        same &= ntok[0][i] == ntok[1][i];
+        if (ntok[0][i] == ntok[1][i]) {
+            same &= !memcmp(tok[0][i], tok[1][i], (size_t)ntok[0][i] * sizeof(int32_t));
+            lpd = fmax(lpd, max_abs_diff(lp[0][i], lp[1][i], (size_t)ntok[0][i]));
+        }
+        free(tok[0][i]), free(tok[1][i]), free(lp[0][i]), free(lp[1][i]);
+    }
+    printf("  steps queued ahead: %ld of %ld steps (%ld rows dropped), against every step waited for: tokens %s, "
+           "logprobs max|diff| %.2e; continued logits vs fresh prefill max|diff| %.2e\n",
+           st[0].ahead_steps, st[0].steps, st[0].ahead_dropped, same ? "identical" : "DIFFER", lpd, diff);
+    CHECK(same, "queueing steps ahead changed the tokens");
+    CHECK(lpd <= 2e-5, "queueing steps ahead changed the logprobs by %.3e", lpd);
+    CHECK(st[0].ahead_steps >= st[0].steps / 3 && st[0].ahead_dropped > 0,
+          "queued ahead %ld of %ld steps, %ld rows dropped: the path was not exercised", st[0].ahead_steps,
+          st[0].steps, st[0].ahead_dropped);
+    CHECK(st[1].ahead_steps == 0 && st[1].ahead_dropped == 0, "sync_steps = 1 still queued %ld steps ahead",
+          st[1].ahead_steps);
+    CHECK(diff <= 2e-5, "after a step ahead's cached token the continued logits differ by %.3e", diff);
+}
+
 /* ---- 3. multi-turn continuation ---------------------------------------------------- */
 
 static void test_continuation(const model_config *cfg, int paged_prefill) {
@@ -510,6 +601,8 @@ int main(void) {
     test_logprobs(&qwen3_cfg, "qwen3");
     test_logprobs(&qwen2_cfg, "qwen2");
     test_graph_shapes(&qwen3_cfg);
+    test_run_ahead(&qwen3_cfg);
+    test_run_ahead(&qwen2_cfg);
     test_continuation(&qwen3_cfg, 0);
     test_continuation(&qwen2_cfg, 1);
     test_memory_pressure(&qwen3_cfg);

@@ -11,7 +11,9 @@
  *   - a failed capture says so once on stderr and turns graphs off: that
  *     step and every later one come back GEN_GRAPH_NONE (the engine then
  *     runs them directly) without another capture attempt;
- *   - gen_graphs_free frees each graph still held, exactly once. */
+ *   - gen_graphs_free frees each graph still held, exactly once;
+ *   - every capture starts after a sync (the engine may have a step queued
+ *     ahead, perhaps on the graph being replaced). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,9 +39,18 @@ static int step_runs;      /* gen_forward_run calls (inside captures) */
 static int n_graphs;       /* graphs made */
 static int launches[MAX_GRAPHS], frees[MAX_GRAPHS];
 static int last_launched = -1;
+static int synced;         /* ops_sync ran since the last capture */
+
+/* A step queued ahead may still run: a capture must start after a sync. */
+void ops_sync(ops_ctx *ctx) {
+    (void)ctx;
+    synced = 1;
+}
 
 ops_graph *ops_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user) {
     (void)ctx;
+    CHECK(synced, "a capture began without a sync of the stream");
+    synced = 0;
     capture_calls++;
     if (fail_capture) {
         dk_fail(DK_ERR_RUNTIME, "the capture failed (fake)");

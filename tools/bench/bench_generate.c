@@ -26,7 +26,9 @@
  * kernels that support it start as programmatic dependent launches
  * (cuda_common.cuh), and sections 1 and 2 then run again on a fresh engine
  * with ordinary launches, so one run shows what that gains; --no-pdl uses
- * ordinary launches throughout.
+ * ordinary launches throughout. They run once more with every step waited
+ * for before the next is queued (gen_config.sync_steps), against the
+ * engine's default of queueing a decode step while the one before runs.
  *
  * 5. the decode step's critical path at batch 1: the layers' kernels replayed
  *    as one graph with each op left out in turn (what it adds to the step
@@ -453,14 +455,15 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
         must(gen_run(e, &s, 1, &p), "decode");
         double per = (dk_now() - a) / NEW;
         const gen_stats *st1 = gen_get_stats(e);
-        const double fwd = (st1->forward_s - st0.forward_s) / (double)(st1->steps - st0.steps);
+        const double wait = (st1->wait_s - st0.wait_s) / NEW;
+        const long ahead = st1->ahead_steps - st0.ahead_steps;
         double roof = (W + (CTX + NEW / 2.0) * KVT) / bw;
         printf("\n[batch 1, 1k context%s]\n  %.3f ms/token; roofline %.3f ms (weights %.2f GB + KV %.3f GB): %.2fx the "
                "roofline\n",
                tag, per * 1e3, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9, per / roof);
-        printf("  a step from its launch to its tokens on the host %.3f ms; the host's planning, packing and upload "
-               "%.1f us a token\n",
-               fwd * 1e3, (per - fwd) * 1e6);
+        printf("  the host waited %.3f ms a token for the GPU and worked %.1f us a token; %ld of %d steps queued "
+               "while the step before ran\n",
+               wait * 1e3, (per - wait) * 1e6, ahead, NEW);
         gen_seq_free(e, s);
     }
 }
@@ -526,6 +529,14 @@ int main(int argc, char **argv) {
         bench_engine(e2, &ctx, V, W, KVT, bw, hf_tps, quick, ", programmatic dependent launch off");
         gen_free(e2);
         cuda_pdl_set(1);
+    }
+    { /* and with every step waited for before the next is queued */
+        gen_config gs = gc;
+        gs.sync_steps = 1;
+        gen_engine *e3;
+        must(gen_create(&e3, &m, &gs), "gen_create");
+        bench_engine(e3, &ctx, V, W, KVT, bw, hf_tps, quick, ", each step waited for before the next is queued");
+        gen_free(e3);
     }
 
     if (graphs) {
