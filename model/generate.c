@@ -636,6 +636,10 @@ dk_status gen_run(gen_engine *e, gen_seq **seqs, int n, const gen_params *p) {
         e->queue[e->q_len++] = s;
     }
 
+    /* Every step of a run before has been waited for. Starting each run on
+     * the same buffer keeps the decode graphs' pointers, and so their shapes,
+     * the same from run to run: a run does not capture the other parity's. */
+    e->next_buf = 0;
     while (e->q_len > 0 || e->n_live > 0) {
         admit(e);
         int ne = plan_step(e);

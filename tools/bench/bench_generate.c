@@ -456,14 +456,14 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
         double per = (dk_now() - a) / NEW;
         const gen_stats *st1 = gen_get_stats(e);
         const double wait = (st1->wait_s - st0.wait_s) / NEW;
-        const long ahead = st1->ahead_steps - st0.ahead_steps;
+        const long ahead = st1->ahead_steps - st0.ahead_steps, caps = st1->graph_captures - st0.graph_captures;
         double roof = (W + (CTX + NEW / 2.0) * KVT) / bw;
         printf("\n[batch 1, 1k context%s]\n  %.3f ms/token; roofline %.3f ms (weights %.2f GB + KV %.3f GB): %.2fx the "
                "roofline\n",
                tag, per * 1e3, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9, per / roof);
         printf("  the host waited %.3f ms a token for the GPU and worked %.1f us a token; %ld of %d steps queued "
-               "while the step before ran\n",
-               wait * 1e3, (per - wait) * 1e6, ahead, NEW);
+               "while the step before ran; %ld graphs captured in the run\n",
+               wait * 1e3, (per - wait) * 1e6, ahead, NEW, caps);
         gen_seq_free(e, s);
     }
 }
