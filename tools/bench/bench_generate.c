@@ -404,6 +404,8 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
         gen_seq *one = random_seq(e, 1, 1024, V);
         p.max_new_tokens = 4;
         must(gen_run(e, &one, 1, &p), "warm-up");
+        /* and a run that starts with a decode step, as the timed one does */
+        must(gen_run(e, &one, 1, &p), "warm-up");
         gen_seq_free(e, one);
     }
 
