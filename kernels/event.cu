@@ -1,8 +1,12 @@
-/* event.cu: ops_event on the CUDA backend: a CUDA event (no timing) on the
- * context's stream, and the copy to the host that does not wait. The
- * generation engine queues a decode step while the one before still runs
- * and waits only for that one's sampled tokens, so the host's planning and
- * launches hide behind the GPU's work instead of sitting between steps. */
+/* event.cu: ops_event and the copy lanes on the CUDA backend. An event is
+ * a CUDA event (no timing) on the context's stream. The lanes are two more
+ * streams, one for copies up and one for copies down, joined to the
+ * context's stream by events. The generation engine queues a decode step
+ * while the one before still runs and waits only for that one's sampled
+ * tokens; its metadata goes up while the step before computes and the
+ * tokens come down while the next one does, where a copy in the stream
+ * held the GPU between two steps. Two lanes: an upload queued behind a
+ * download that waits for a step would wait for that step too. */
 #include "kernels/cuda_common.cuh"
 
 struct ops_event {
@@ -27,6 +31,31 @@ extern "C" void cuda_event_free(ops_event *e) {
     free(e);
 }
 
-extern "C" void cuda_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes) {
-    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, ctx_stream(ctx)));
+/* Lane i (0 up, 1 down) and its join event, made on first use. */
+static cudaStream_t lane(ops_ctx *ctx, int i) {
+    if (!ctx->lane[i]) {
+        cudaStream_t s = NULL;
+        cudaEvent_t ev = NULL;
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        ctx->lane[i] = s;
+        ctx->lane_ev[i] = ev;
+    }
+    return (cudaStream_t)ctx->lane[i];
+}
+
+extern "C" void cuda_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {
+    if (!bytes) return;
+    cudaStream_t up = lane(ctx, 0);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, up));
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)ctx->lane_ev[0], up));
+    CUDA_CHECK(cudaStreamWaitEvent(ctx_stream(ctx), (cudaEvent_t)ctx->lane_ev[0], 0));
+}
+
+extern "C" void cuda_download_lane(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes, ops_event *done) {
+    cudaStream_t down = lane(ctx, 1);
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)ctx->lane_ev[1], ctx_stream(ctx)));
+    CUDA_CHECK(cudaStreamWaitEvent(down, (cudaEvent_t)ctx->lane_ev[1], 0));
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, down));
+    CUDA_CHECK(cudaEventRecord(done->ev, down));
 }

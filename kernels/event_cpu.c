@@ -1,6 +1,7 @@
-/* event_cpu.c: ops_event on the CPU backend, whose ops have finished when
- * they return: an event marks nothing that is still running, waiting on it
- * returns at once, and the copy to the host is done when the call returns. */
+/* event_cpu.c: ops_event and the copy lanes on the CPU backend, whose ops
+ * have finished when they return: an event marks nothing that is still
+ * running, waiting on it returns at once, and a lane's copy is done when
+ * the call returns. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +23,12 @@ void cpu_event_sync(ops_event *e) { (void)e; }
 
 void cpu_event_free(ops_event *e) { free(e); }
 
-void cpu_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes) {
+void cpu_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {
     (void)ctx;
+    if (bytes) memcpy(dst, src_host, bytes);
+}
+
+void cpu_download_lane(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes, ops_event *done) {
+    (void)ctx, (void)done;
     if (bytes) memcpy(dst_host, src, bytes);
 }

@@ -84,6 +84,10 @@ static void ctx_release(ops_ctx *ctx) {
     if (ctx->blaslt_ws) cudaFree(ctx->blaslt_ws);
     if (ctx->scratch) cudaFree(ctx->scratch);
     if (ctx->stream) cudaStreamDestroy((cudaStream_t)ctx->stream);
+    for (int i = 0; i < 2; i++) {
+        if (ctx->lane[i]) cudaStreamDestroy((cudaStream_t)ctx->lane[i]);
+        if (ctx->lane_ev[i]) cudaEventDestroy((cudaEvent_t)ctx->lane_ev[i]);
+    }
     memset(ctx, 0, sizeof *ctx);
 }
 
@@ -134,6 +138,8 @@ fail:
 extern "C" void cuda_ctx_free(ops_ctx *ctx) {
     if (!ctx->stream) return;
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)ctx->stream));
+    for (int i = 0; i < 2; i++)
+        if (ctx->lane[i]) CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)ctx->lane[i]));
     ctx_release(ctx);
     if (--live_contexts == 0) cuda_matmul_cache_clear();
 }

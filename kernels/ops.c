@@ -105,8 +105,11 @@ ops_event *ops_event_new(ops_ctx *ctx) { DISPATCH_RETURN(event_new, ctx); }
 void ops_event_record(ops_ctx *ctx, ops_event *e) { DISPATCH(event_record, ctx, e); }
 void ops_event_sync(ops_ctx *ctx, ops_event *e) { DISPATCH(event_sync, e); }
 void ops_event_free(ops_ctx *ctx, ops_event *e) { DISPATCH(event_free, e); }
-void ops_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes) {
-    DISPATCH(download_async, ctx, dst_host, src, bytes);
+void ops_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {
+    DISPATCH(upload_lane, ctx, dst, src_host, bytes);
+}
+void ops_download_lane(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes, ops_event *done) {
+    DISPATCH(download_lane, ctx, dst_host, src, bytes, done);
 }
 ops_graph *ops_graph_capture(ops_ctx *ctx, void (*fn)(void *), void *user) {
     DISPATCH_RETURN(graph_capture, ctx, fn, user);

@@ -35,6 +35,8 @@ typedef struct ops_ctx {
     size_t blaslt_ws_size;
     void *scratch;        /* temporary space for ops (device memory) */
     size_t scratch_size;
+    void *lane[2];        /* cudaStream_t: the copy lanes up and down (ops_upload_lane), made on first use */
+    void *lane_ev[2];     /* cudaEvent_t: their joins with `stream` */
 } ops_ctx;
 
 /* ---- context and memory --------------------------------------------------- */
@@ -65,15 +67,23 @@ void ops_upload_act(ops_ctx *ctx, void *dst, const float *src_host, size_t n);
 void ops_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n);
 /* A point in the context's stream that the host can wait for: ops queued
  * before ops_event_record have finished when ops_event_sync returns, while
- * ops queued after it may still run. ops_download_async queues a copy to
- * the host without waiting (dst_host from ops_host_alloc; read it after an
- * event recorded behind the copy). */
+ * ops queued after it may still run. */
 typedef struct ops_event ops_event;
 ops_event *ops_event_new(ops_ctx *ctx);
 void ops_event_record(ops_ctx *ctx, ops_event *e);
 void ops_event_sync(ops_ctx *ctx, ops_event *e);
 void ops_event_free(ops_ctx *ctx, ops_event *e);
-void ops_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
+/* Copies beside the context's stream (two copy lanes on CUDA), so that a
+ * loop's small per-step copies do not sit between its kernels. Host memory
+ * from ops_host_alloc, left alone until the copy is known to be done.
+ *   ops_upload_lane:   src_host to dst at once; ops queued on the context
+ *                      after the call wait for it, ops queued before it do
+ *                      not (dst must be free of them).
+ *   ops_download_lane: src to dst_host once the ops queued so far have
+ *                      finished; `done` is recorded behind it; ops queued
+ *                      after the call do not wait for it. */
+void ops_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);
+void ops_download_lane(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes, ops_event *done);
 
 /* A replayable capture of the ops fn(user) queues (CUDA graphs): launching
  * it reruns those ops with the same pointers and sizes, reading whatever the

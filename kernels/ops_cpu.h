@@ -79,7 +79,8 @@ ops_event *cpu_event_new(ops_ctx *ctx);
 void cpu_event_record(ops_ctx *ctx, ops_event *e);
 void cpu_event_sync(ops_event *e);
 void cpu_event_free(ops_event *e);
-void cpu_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
+void cpu_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);
+void cpu_download_lane(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes, ops_event *done);
 
 /* graph_cpu.c */
 ops_graph *cpu_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);

@@ -71,7 +71,8 @@ ops_event *cuda_event_new(ops_ctx *ctx);
 void cuda_event_record(ops_ctx *ctx, ops_event *e);
 void cuda_event_sync(ops_event *e);
 void cuda_event_free(ops_event *e);
-void cuda_download_async(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
+void cuda_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);
+void cuda_download_lane(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes, ops_event *done);
 
 /* graph.cu */
 ops_graph *cuda_graph_capture(ops_ctx *ctx, void (*fn)(void *user), void *user);

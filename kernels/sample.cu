@@ -173,9 +173,14 @@ __global__ void __launch_bounds__(SAMPLE_SLICE_THREADS)
     sample_slices(sample_part *part, const float *__restrict__ logits, const sample_params *params, int V) {
     __shared__ float sv[32], sm[32], ss[32];
     __shared__ int si[32];
-    pdl_launch_dependents(); /* sample_rows waits for this grid before it reads */
     const int row = blockIdx.y, b = blockIdx.x;
-    const sample_params p = params[row];
+    const sample_params p = params[row]; /* uploaded, no kernel's output */
+    /* A programmatic dependent launch at a few rows: the logits are the
+     * kernel before's output. Every block waits, the ones that leave at
+     * once too: sample_rows waits for this grid only, and this grid must
+     * not end before the logits are written. */
+    pdl_wait();
+    pdl_launch_dependents();
     if (!sample_plain(p, V)) return;
     const bool greedy = !(p.temperature > 0.0f);
     const float *y = logits + (size_t)row * V;
@@ -314,7 +319,8 @@ extern "C" void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float
     const int nb = (V + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK;
     if (nb > 1) {
         parts = (sample_part *)ctx_scratch(ctx, (size_t)n * nb * sizeof(sample_part), "ops_sample");
-        sample_slices<<<dim3((unsigned)nb, (unsigned)n), SAMPLE_SLICE_THREADS, 0, st>>>(parts, logits, params, V);
+        cuda_launch_pdl(st, cuda_pdl_rows(n), sample_slices, dim3((unsigned)nb, (unsigned)n), dim3(SAMPLE_SLICE_THREADS),
+                        0, parts, (const float *)logits, params, V);
         CUDA_LAUNCH_CHECK();
     }
     cuda_launch_pdl(st, parts != NULL && cuda_pdl_rows(n), sample_rows, dim3((unsigned)n), dim3(SAMPLE_THREADS), 0, tokens, logprob,

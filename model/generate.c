@@ -415,9 +415,10 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
         }
         s->last_used = e->tick;
     }
-    /* meta_host is page-locked: the copy reads it in stream order, and the
-     * buffer is not packed again before this step has been waited for. */
-    ops_upload(e->ctx, sb->meta_dev, sb->meta_host, used);
+    /* Up beside the step before, which uses the other buffer (this one's
+     * last step has been waited for); not packed again before this step
+     * has been. */
+    ops_upload_lane(e->ctx, sb->meta_dev, sb->meta_host, used);
 
     char *dev = sb->meta_dev;
     const size_t off_ints = (size_t)rows * sizeof(sample_params);
@@ -436,10 +437,8 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
     if (gr == GEN_GRAPH_NONE) gen_forward_run(&e->fwd, &st);
     e->stats.graph_captures += gr == GEN_GRAPH_CAPTURED;
     e->stats.graph_replays += gr == GEN_GRAPH_REPLAYED;
-    if (sample && rows) {
-        ops_download_async(e->ctx, sb->out_host, sb->out_dev, 2 * (size_t)rows * sizeof(int32_t));
-        ops_event_record(e->ctx, sb->done);
-    }
+    /* Down beside the step after, which writes the other buffer. */
+    if (sample && rows) ops_download_lane(e->ctx, sb->out_host, sb->out_dev, 2 * (size_t)rows * sizeof(int32_t), sb->done);
     e->stats.steps++;
     e->tick++;
     for (int i = 0; i < n; i++) {
