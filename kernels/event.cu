@@ -1,5 +1,5 @@
 /* event.cu: ops_event and the copy lanes on the CUDA backend. An event is
- * a CUDA event (no timing) on the context's stream. The lanes are two more
+ * a CUDA event (no timing), recorded behind a lane's copy. The lanes are two more
  * streams, one for copies up and one for copies down, joined to the
  * context's stream by events. The generation engine queues a decode step
  * while the one before still runs and waits only for that one's sampled
@@ -20,8 +20,6 @@ extern "C" ops_event *cuda_event_new(ops_ctx *ctx) {
     CUDA_CHECK(cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming));
     return e;
 }
-
-extern "C" void cuda_event_record(ops_ctx *ctx, ops_event *e) { CUDA_CHECK(cudaEventRecord(e->ev, ctx_stream(ctx))); }
 
 extern "C" void cuda_event_sync(ops_event *e) { CUDA_CHECK(cudaEventSynchronize(e->ev)); }
 

@@ -102,7 +102,6 @@ void ops_zero(ops_ctx *ctx, void *p, size_t bytes) { DISPATCH(zero, ctx, p, byte
 void *ops_host_alloc(ops_ctx *ctx, size_t bytes) { DISPATCH_RETURN(host_alloc, ctx, bytes); }
 void ops_host_free(ops_ctx *ctx, void *p) { DISPATCH(host_free, ctx, p); }
 ops_event *ops_event_new(ops_ctx *ctx) { DISPATCH_RETURN(event_new, ctx); }
-void ops_event_record(ops_ctx *ctx, ops_event *e) { DISPATCH(event_record, ctx, e); }
 void ops_event_sync(ops_ctx *ctx, ops_event *e) { DISPATCH(event_sync, e); }
 void ops_event_free(ops_ctx *ctx, ops_event *e) { DISPATCH(event_free, e); }
 void ops_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {

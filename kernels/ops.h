@@ -65,12 +65,11 @@ void ops_download(ops_ctx *ctx, void *dst_host, const void *src, size_t bytes);
 /* fp32 host array <-> act device array (converts to / from the storage type). */
 void ops_upload_act(ops_ctx *ctx, void *dst, const float *src_host, size_t n);
 void ops_download_act(ops_ctx *ctx, float *dst_host, const void *src, size_t n);
-/* A point in the context's stream that the host can wait for: ops queued
- * before ops_event_record have finished when ops_event_sync returns, while
- * ops queued after it may still run. */
+/* A point the host can wait for (ops_download_lane records it behind its
+ * copy): what came before it has finished when ops_event_sync returns,
+ * while ops queued on the context after it may still run. */
 typedef struct ops_event ops_event;
 ops_event *ops_event_new(ops_ctx *ctx);
-void ops_event_record(ops_ctx *ctx, ops_event *e);
 void ops_event_sync(ops_ctx *ctx, ops_event *e);
 void ops_event_free(ops_ctx *ctx, ops_event *e);
 /* Copies beside the context's stream (two copy lanes on CUDA), so that a

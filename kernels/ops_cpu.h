@@ -76,7 +76,6 @@ void cpu_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
 
 /* event_cpu.c */
 ops_event *cpu_event_new(ops_ctx *ctx);
-void cpu_event_record(ops_ctx *ctx, ops_event *e);
 void cpu_event_sync(ops_event *e);
 void cpu_event_free(ops_event *e);
 void cpu_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);

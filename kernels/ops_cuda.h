@@ -68,7 +68,6 @@ void cuda_pdl_set(int on);
 
 /* event.cu */
 ops_event *cuda_event_new(ops_ctx *ctx);
-void cuda_event_record(ops_ctx *ctx, ops_event *e);
 void cuda_event_sync(ops_event *e);
 void cuda_event_free(ops_event *e);
 void cuda_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes);

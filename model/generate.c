@@ -569,13 +569,14 @@ static int accept_step(gen_engine *e, const step_run *run, int ne, const gen_par
     return ended;
 }
 
-/* Whether the step just queued over entries[0..ne-1] can have the next one
- * queued behind it before its tokens are known: every live sequence is in
- * it with its last token (the sampled one is the next input), nothing
- * waits to be admitted, the token sampled cannot end a turn by budget or
- * context (a stop token still may: the step ahead is then partly dropped),
- * and the pages for one more token are free. */
-static int can_run_ahead(gen_engine *e, int ne, const gen_params *p, int max_ctx) {
+/* Plans the step after the one just queued over entries[0..ne-1], before
+ * that one's tokens are known: one token for each entry, its pages grown.
+ * 0 (nothing to queue) unless every live sequence is in the step with its
+ * last token (the sampled one is the next input), nothing waits to be
+ * admitted, the token sampled cannot end a turn by budget or context (a
+ * stop token still may: the step ahead is then partly dropped), and the
+ * pages for one more token are free. */
+static int plan_ahead(gen_engine *e, int ne, const gen_params *p, int max_ctx) {
     if (e->cfg.sync_steps || e->q_len > 0 || ne != e->n_live) return 0;
     for (int i = 0; i < ne; i++) {
         const gen_seq *s = e->entries[i].s;
@@ -650,7 +651,7 @@ dk_status gen_run(gen_engine *e, gen_seq **seqs, int n, const gen_params *p) {
          * launches during the GPU's work instead of between steps. */
         for (;;) {
             step_run ahead = {.buf = -1};
-            if (can_run_ahead(e, ne, p, max_ctx)) {
+            if (plan_ahead(e, ne, p, max_ctx)) {
                 ahead = step_launch(e, e->entries, ne, 1, p, (const int32_t *)e->buf[cur.buf].out_dev);
                 e->stats.ahead_steps++;
             }
