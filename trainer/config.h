@@ -26,6 +26,7 @@ typedef enum { DK_AGG_TOKEN_MEAN = 0, DK_AGG_SEQ_MEAN_TOKEN_SUM = 1, DK_AGG_SEQ_
 typedef enum { DK_PRS_OFF = 0, DK_PRS_HARD = 1, DK_PRS_SOFT = 2 } dk_prs;
 typedef enum { DK_ENV_KERNELGYM = 0, DK_ENV_TOY = 1 } dk_env_kind;
 typedef enum { DK_KG_AUTO = 0, DK_KG_CPU = 1, DK_KG_CUDA = 2 } dk_kg_device;
+typedef enum { DK_COMM_AUTO = 0, DK_COMM_NCCL = 1, DK_COMM_MPI = 2 } dk_comm_backend;
 
 typedef struct dk_config {
     struct {
@@ -91,6 +92,13 @@ typedef struct dk_config {
         int every, keep;
         char resume[DK_CONFIG_STR];
     } ckpt;
+    struct {
+        dk_comm_backend backend;
+        int world;            /* --plan only: the world size to plan for (0: the launcher's) */
+        double gpu_memory_gb; /* memory of one GPU for the plan (0: ask the device; 141 without one) */
+        double margin_gb;     /* memory the plan leaves free on every GPU */
+        double timeout_s;     /* a collective that takes longer ends the job */
+    } dist;
 } dk_config;
 
 /* Every key at its default (the derived ones still empty / unresolved). */

@@ -42,6 +42,7 @@ const config_section config_sections[] = {
     {"rl", "multi-turn rollouts, rewards and the PPO objective"},
     {"kernelgym", "the kernel-evaluation environment"},
     {"ckpt", "checkpoints"},
+    {"dist", "ranks, communication and the per-GPU memory plan"},
 };
 const int config_n_sections = sizeof config_sections / sizeof config_sections[0];
 
@@ -161,6 +162,17 @@ const config_key config_keys[] = {
     K_INT(ckpt, keep, "3", CR_NONNEG, "keep the newest this many checkpoints (0: keep all)"),
     K_STRING(ckpt, resume, "auto",
              "auto: continue from the newest complete checkpoint in run.dir; none: start fresh; or a checkpoint path"),
+
+    K_ENUM(dist, backend, "auto", "auto|nccl|mpi",
+           "collectives between ranks: nccl (GPU buffers, one GPU per rank), mpi (host buffers: the CPU backend, "
+           "or CUDA ranks that share a GPU, staged through the host); auto: nccl on cuda when every rank has its own "
+           "GPU, else mpi"),
+    K_INT(dist, world, "0", CR_NONNEG, "`train --plan` only: the world size to plan for (0: the launcher's)"),
+    K_FLOAT(dist, gpu_memory_gb, "0", CR_NONNEG,
+            "memory of one GPU for the memory plan, in GB (0: ask the device; 141 where there is none)"),
+    K_FLOAT(dist, margin_gb, "2", CR_NONNEG, "memory the plan leaves free on every GPU, in GB"),
+    K_FLOAT(dist, timeout_s, "600", CR_POS,
+            "a collective that waits longer than this ends the whole job, naming the rank that did not arrive"),
 };
 const int config_n_keys = sizeof config_keys / sizeof config_keys[0];
 

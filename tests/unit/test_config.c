@@ -74,7 +74,7 @@ static void test_file_errors(void) {
                 "%s:4: unknown section [trian] (did you mean [train]?)");
     EXPECT_FILE("; an empty section is still checked\n[optimizer]\n", DK_ERR_USAGE,
                 "%s:2: unknown section [optimizer] (sections: [run] [model] [tokenizer] [data] [train] [rl] "
-                "[kernelgym] [ckpt])");
+                "[kernelgym] [ckpt] [dist])");
     EXPECT_FILE("lr = 1\n", DK_ERR_USAGE, "%s:1: key 'lr' is outside any [section]");
     EXPECT_FILE("[train]\nlr = abc\n", DK_ERR_USAGE, "%s:2: [train] lr = 'abc': expected a float");
     EXPECT_FILE("[train]\nlr = 1e-3 # peak\nlr = inf\n", DK_ERR_USAGE,
