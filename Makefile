@@ -1,4 +1,4 @@
-# Thin front end over CMake (DESIGN.md §1):
+# Thin front end over CMake (docs/DESIGN.md §1):
 #   make run   installs what is missing, builds, runs configs/tiny-sft.ini then
 #              configs/tiny.ini (cold-start SFT, then RL against KernelGym)
 #   make test  installs what is missing, builds, runs every test this machine can

@@ -1,4 +1,4 @@
-/* rng.h: counter-based randomness (DESIGN.md §3): every draw is a pure
+/* rng.h: counter-based randomness (docs/DESIGN.md §3): every draw is a pure
  * function of a key such as (seed, step, task, sample), so results do not
  * depend on batch order, world size or what ran before. */
 #ifndef DK_RNG_H

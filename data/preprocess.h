@@ -1,5 +1,5 @@
 /* preprocess.h: filtering cold-start trajectories into SFT data (the
- * `preprocess` program). RECIPE.md: the cold start keeps trajectories that
+ * `preprocess` program). The recipe (docs/DESIGN.md §9) keeps trajectories that
  * reach speedup >= 1.2 and fit in 8192 tokens.
  *
  * Input: every *.jsonl file of a folder (not recursive), one trajectory per

@@ -2,7 +2,7 @@
  * PyTorch programs (a `class Model`, `get_inputs()`, `get_init_inputs()`),
  * each to be rewritten as a faster `ModelNew`.
  *
- * Two sources (DESIGN.md §10):
+ * Two sources (docs/DESIGN.md §15):
  *  - a JSONL file, one task per line: {"id", "name", "level", "source"}; id
  *    is a string or an integer, source is required, name defaults to the id,
  *    level to 0; other keys are ignored;

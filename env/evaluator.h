@@ -1,7 +1,7 @@
 /* evaluator.h: one job in, one finished result out. Owns the warm harness
  * server (started on first need, restarted after it hangs or dies), completes
  * echo/sleep jobs itself, and decorates every result with the fields the C
- * side adds (DESIGN.md §7): "reward", "feedback", "worker" and "wall_ms".
+ * side adds (docs/DESIGN.md §11): "reward", "feedback", "worker" and "wall_ms".
  * Used by the Redis worker and by the in-process client.
  *
  * Fault handling: the server gets timeout_s + margin_s for a job. When it

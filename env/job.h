@@ -1,4 +1,4 @@
-/* job.h: a KernelGym job as a client builds it (DESIGN.md §7): the task and
+/* job.h: a KernelGym job as a client builds it (docs/DESIGN.md §10): the task and
  * candidate sources plus evaluation options, serialised to the JSON line the
  * harness server reads. Besides "eval" two job kinds are completed by the C
  * worker itself without Python: "echo" (returns its payload) and "sleep"

@@ -1,4 +1,4 @@
-/* kernelgym_main.c: the kernelgym program (DESIGN.md §1, §7): evaluate one
+/* kernelgym_main.c: the kernelgym program (docs/DESIGN.md §1, §10): evaluate one
  * candidate in-process (eval), run the static checks (check), serve a Redis
  * queue as a worker (worker) or as a local fleet (serve), send a job from the
  * command line (submit) and score a folder of solutions (score). Library code

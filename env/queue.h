@@ -1,4 +1,4 @@
-/* queue.h: the Redis layout of the KernelGym queue (DESIGN.md §7) and its
+/* queue.h: the Redis layout of the KernelGym queue (docs/DESIGN.md §10) and its
  * operations. Every name starts with "kg:".
  *
  *   kg:job:<id>           the job JSON (string; deleted when completed)

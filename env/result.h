@@ -1,4 +1,4 @@
-/* result.h: a KernelGym result parsed into C (DESIGN.md §7's result JSON), as
+/* result.h: a KernelGym result parsed into C (docs/DESIGN.md §11), as
  * the trainer and the scorer read it. The raw JSON string is kept so nothing
  * the harness reports is lost (phases_ms and anything this struct does not
  * model). */

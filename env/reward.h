@@ -1,4 +1,4 @@
-/* reward.h: the turn reward computed from a KernelGym result (DESIGN.md §6).
+/* reward.h: the turn reward of a KernelGym result (docs/DESIGN.md §8 step 3).
  *
  *   profile (default):  R = C * (alpha * min(speedup, cap) + (1 - alpha) * coverage)
  *   public:             R = C * (0.5 + 0.5 * min(speedup, cap) + 0.5 * coverage)

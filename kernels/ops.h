@@ -3,7 +3,7 @@
  * backend (fp32, the numerical reference, *_cpu.c) and the CUDA backend (bf16
  * storage with fp32 accumulation, *.cu). Each op dispatches on ctx->device.
  *
- * Conventions (DESIGN.md §3):
+ * Conventions (docs/DESIGN.md §4):
  * - Raw pointers and explicit sizes; all matrices are row-major.
  * - "act" buffers (activations, parameters, their gradients w.r.t.
  *   activations) are in the backend's storage type: float on CPU, bf16 on CUDA.

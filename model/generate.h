@@ -1,4 +1,4 @@
-/* generate.h: the generation engine for rollouts (DESIGN.md §5).
+/* generate.h: the generation engine for rollouts (docs/DESIGN.md §6).
  *
  * A conversation is a gen_seq: its tokens (prompt, sampled turns, appended
  * feedback), a logprob for every token the engine sampled, and the KV pages

@@ -1,4 +1,4 @@
-/* model.h: the Qwen3-family decoder (DESIGN.md §4): forward and backward over
+/* model.h: the Qwen3-family decoder (docs/DESIGN.md §5): forward, backward over
  * a packed batch of variable-length sequences, through the op table only, so
  * the same code runs on the CPU and the CUDA backend.
  *

@@ -1,5 +1,5 @@
 /* param_buffers.c: host allocation of a param_buffers set and its random
- * initialisation from a counter-based generator (DESIGN.md §3: randomness is
+ * initialisation from a counter-based generator (docs/DESIGN.md §3: randomness is
  * keyed, never drawn from a stream, so it does not depend on call order). */
 #include "model/param_buffers.h"
 

@@ -1,6 +1,6 @@
 /* params.h: the parameter layout. Memory is planned, not discovered: the
  * model's parameters live in a few flat buffers whose layout is computed from
- * the config up front (DESIGN.md §3). Each decoder layer is ONE flat buffer
+ * the config up front (docs/DESIGN.md §12). Each decoder layer is ONE flat buffer
  * (the unit ZeRO-3 shards and gathers); the embedding table, the final norm
  * and the (untied) lm head are the other units. Per-tensor pointers are views
  * at fixed element offsets into these buffers. The same layout indexes the

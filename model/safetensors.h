@@ -1,5 +1,5 @@
 /* safetensors.h: reading and writing the Hugging Face safetensors format, the
- * way model weights enter and leave drkernel (DESIGN.md §4, §9).
+ * way model weights enter and leave drkernel (docs/DESIGN.md §5, §13).
  *
  * A file is: 8-byte little-endian header length N, N bytes of JSON
  * {"__metadata__": {...}, "name": {"dtype", "shape", "data_offsets": [b, e]}},

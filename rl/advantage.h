@@ -1,5 +1,5 @@
 /* advantage.h: per-turn returns and advantages of a multi-turn rollout batch
- * (DESIGN.md §6 steps 4-5).
+ * (docs/DESIGN.md §8 steps 5-6).
  *
  * Layout: every array is [n_tasks x n_samples x max_turns], element
  * (task, sample, turn) at ((task * n_samples) + sample) * max_turns + turn.

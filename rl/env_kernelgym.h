@@ -1,7 +1,7 @@
 /* env_kernelgym.h: the KernelGym environment: the last python block of each
  * response is the candidate; all candidates of a turn go to KernelGym at
  * once through env/client.h; the turn reward is recomputed from the result
- * with the trainer's reward settings (DESIGN.md §6), and KernelGym's
+ * with the trainer's reward settings (docs/DESIGN.md §8 step 3), and KernelGym's
  * feedback text becomes the next user turn. */
 #ifndef DK_RL_ENV_KERNELGYM_H
 #define DK_RL_ENV_KERNELGYM_H

@@ -1,5 +1,5 @@
 /* extract.h: the candidate kernel in a model response: the LAST fenced python
- * code block (RECIPE.md: "the last python block of a response is the answer").
+ * code block: the recipe's answer format (docs/DESIGN.md §9).
  *
  * Fences follow Markdown (CommonMark) rules, so code that merely contains
  * backticks is not cut:

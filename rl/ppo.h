@@ -1,6 +1,6 @@
 /* ppo.h: the clipped PPO objective per token, its aggregation over a packed
- * batch and its gradient with respect to the new logprobs (DESIGN.md §6 step
- * 7). Host arrays in, host arrays out: the trainer downloads the model's
+ * batch and its gradient for the new logprobs (docs/DESIGN.md §8 step 8).
+ * Host arrays in, host arrays out: the trainer downloads the model's
  * per-token logprobs (and entropies), calls ppo_loss, and uploads dlogprob
  * (and dentropy) for model_backward. Every per-token array is indexed like
  * model->logprob: entry t scores the token that follows position t.

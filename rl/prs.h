@@ -1,6 +1,6 @@
-/* prs.h: profiling-based rejection sampling (DESIGN.md §6 step 6). A correct
+/* prs.h: profiling-based rejection sampling (docs/DESIGN.md §8 step 4). A correct
  * kernel that leaves most of the GPU time to PyTorch's own kernels (low
- * coverage: the "lazy optimisation" of RECIPE.md) would otherwise be
+ * coverage: the "lazy optimisation" of docs/DESIGN.md §9) would otherwise be
  * reinforced as a success, so such turns are taken out of training:
  *
  *   hard  drop a correct turn whose coverage < threshold (0.3, the seed

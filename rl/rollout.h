@@ -1,4 +1,4 @@
-/* rollout.h: multi-turn rollouts (DESIGN.md §6 steps 1-2). Every task of a
+/* rollout.h: multi-turn rollouts (docs/DESIGN.md §8 steps 1-2). Every task of a
  * batch gets n_samples conversations; each turn, all live conversations are
  * generated together (continuous batching), every response is scored by the
  * environment at once, and the feedback goes back as a user message (masked

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # install-deps.sh: installs everything drkernel needs to build and test on a
-# Debian machine (DESIGN.md §11): the Debian packages and a Python venv .venv
+# Debian machine (docs/DESIGN.md §16): the Debian packages and a Python venv .venv
 # with torch, triton and numpy for the KernelGym harness, plus transformers,
 # tokenizers and sentencepiece for the scripts that regenerate test fixtures,
 # tensorboard for the test that reads our event files back.

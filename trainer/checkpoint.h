@@ -1,4 +1,4 @@
-/* checkpoint.h: checkpoints (DESIGN.md §9). A checkpoint is a directory
+/* checkpoint.h: checkpoints (docs/DESIGN.md §13). A checkpoint is a directory
  *   RUN_DIR/ckpt/step_00000100/
  *     model.safetensors (+ index) and config.json   HF names, bf16: servable as is
  *     optim/rank_00000.bin                           fp32 master, m, v of this rank's

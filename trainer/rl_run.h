@@ -1,4 +1,4 @@
-/* rl_run.h: the multi-turn RL run (DESIGN.md §6): per step, rollouts of a
+/* rl_run.h: the multi-turn RL run (docs/DESIGN.md §8): per step, rollouts of a
  * batch of tasks against the environment, turn rewards and returns,
  * rejection sampling, advantages, the PPO update, metrics and checkpoints. */
 #ifndef DK_RL_RUN_H

@@ -1,4 +1,4 @@
-/* rl_update.h: the policy update of one RL step (DESIGN.md §6 step 7): the
+/* rl_update.h: one RL step's policy update (docs/DESIGN.md §8 steps 7-8): the
  * old logprobs recomputed by the training forward, then PPO epochs over
  * mini-batches (one optimizer step each), each split into packed
  * micro-batches whose gradients accumulate into the mini-batch's. */

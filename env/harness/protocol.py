@@ -3,7 +3,7 @@ and the status names.
 
 The C worker writes one job per line on the server's stdin and reads one
 result per line from fd 3 (the layout is fixed by the KernelGym contract, the
-result is DESIGN.md section 7's JSON without the fields the C side adds:
+result is the JSON of docs/DESIGN.md §11 without the fields the C side adds:
 reward, feedback, worker). Everything that validates or fills a job lives
 here so the server, the sandboxed child and the tests agree on it.
 """
