@@ -110,7 +110,11 @@ int mem_plan_command(const dk_config *cfg, FILE *out) {
         return st;
     }
     mem_plan_print(&p, out);
-    return p.fits ? 0 : 1;
+    if (p.fits) return 0;
+    fprintf(stderr, "train --plan: DOES NOT FIT one GPU of %.2f GB at world %d with a margin of %.2f GB (the table "
+                    "says where the memory goes)\n",
+            gb(gpu), world, gb(p.margin_bytes));
+    return 1;
 }
 
 dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int max_tokens) {
