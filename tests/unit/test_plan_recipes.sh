@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # train --plan on the recipes: configs/drkernel14b.ini and drkernel8b.ini fit
 # 8 GPUs of 141 GB (exit 0), the 14B recipe does not fit one (exit 1, with
-# the table), and a config that cannot be planned exits 2. The tables go to
+# the table), the shape read from a checkpoint's config.json (model.path) or
+# the world size from the launcher plan the same, and a config that cannot be
+# planned exits 2. The tables go to
 # the log. Their shard and gather rows are checked against the figures a
 # separate computation from the HF shape gives (python below: every unit of
 # Qwen3-14B / 8B padded to a multiple of the world size, times 2 bytes for
@@ -29,6 +31,9 @@ grep -q "DOES NOT FIT" "$tmp/14b_w1" && grep -q "^  parameter shard " "$tmp/14b_
 # world 0 is the launcher's: Open MPI's size when there is one.
 OMPI_COMM_WORLD_SIZE=8 plan 14b_launch 0 configs/drkernel14b.ini
 cmp -s "$tmp/14b_launch" "$tmp/14b_w8" || { echo "FAIL: OMPI_COMM_WORLD_SIZE=8 plans differently from world 8"; exit 1; }
+# The shape from a checkpoint's config.json (model.path) plans the same.
+plan 14b_hub 0 configs/drkernel14b.ini dist.world=8 model.path=tests/fixtures/config/qwen3_14b_hub
+cmp -s "$tmp/14b_hub" "$tmp/14b_w8" || { echo "FAIL: model.path's config.json plans differently"; exit 1; }
 # More conversations per rank than one generation step holds: a config error.
 plan bad 2 configs/drkernel8b.ini dist.world=1 train.batch_size=8192 rl.n_samples=16 data.max_length=2048 \
     train.micro_batch_tokens=2048
