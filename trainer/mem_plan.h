@@ -118,9 +118,13 @@ void mem_plan_print(const mem_plan *p, FILE *f);
  * exit code: 0 fits, 1 does not fit, 2 a config it cannot plan. */
 int mem_plan_command(const dk_config *cfg, FILE *out);
 /* At the start of a CUDA run, before anything is allocated: the plan of
- * world ranks on gpu's total memory, for a model created for max_tokens.
- * Prints the table to stderr and fails (DK_ERR_USAGE) when it does not fit;
- * DK_OK where no GPU answers (context creation reports that). */
+ * world ranks on GPUs of gpu_bytes (gpu_name says which, for the message),
+ * for a model created for max_tokens. Prints the table to stderr and fails
+ * (DK_ERR_USAGE) when it does not fit. */
+dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
+                         const char *gpu_name);
+/* mem_plan_check on the total memory of CUDA device `gpu`; DK_OK where no
+ * GPU answers (context creation reports that). */
 dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int max_tokens);
 
 #endif

@@ -28,10 +28,11 @@ static void cell(FILE *f, size_t bytes) {
     else fprintf(f, " %12.2f", gb(bytes));
 }
 
-/* "14.768B" or "0.71M": a count of parameters or elements. */
+/* "14.768B", "0.71M" or "443": a count of parameters or elements. */
 static void count(char *buf, size_t n, size_t size) {
     if (n >= 100000000) snprintf(buf, size, "%.3fB", n / 1e9);
-    else snprintf(buf, size, "%.2fM", n / 1e6);
+    else if (n >= 100000) snprintf(buf, size, "%.2fM", n / 1e6);
+    else snprintf(buf, size, "%zu", n);
 }
 
 void mem_plan_print(const mem_plan *p, FILE *f) {
@@ -117,16 +118,23 @@ int mem_plan_command(const dk_config *cfg, FILE *out) {
     return 1;
 }
 
-dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int max_tokens) {
-    const size_t total = device_total_bytes(gpu);
-    if (!total) return DK_OK; /* no GPU answers: ops_ctx_init reports that */
+dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
+                         const char *gpu_name) {
     mem_plan p;
-    DK_TRY(mem_plan_make(&p, cfg, mc, world, DK_DEVICE_CUDA, total, max_tokens));
+    DK_TRY(mem_plan_make(&p, cfg, mc, world, DK_DEVICE_CUDA, gpu_bytes, max_tokens));
     if (p.fits) return DK_OK;
     mem_plan_print(&p, stderr);
     return dk_fail(DK_ERR_USAGE,
-                   "the memory plan above does not fit gpu %d (%.2f GB): lower [train] micro_batch_tokens or "
-                   "[data] max_length, set [train] recompute = layer, or run on more ranks (train --plan CONFIG "
+                   "the memory plan above does not fit %s (%.2f GB): lower [train] micro_batch_tokens or [data] "
+                   "max_length, set [train] recompute = layer, or run on more ranks (train --plan CONFIG "
                    "dist.world=N shows the plan at N)",
-                   gpu, gb(total));
+                   gpu_name, gb(gpu_bytes));
+}
+
+dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int max_tokens) {
+    const size_t total = device_total_bytes(gpu);
+    if (!total) return DK_OK; /* no GPU answers: ops_ctx_init reports that */
+    char name[32];
+    snprintf(name, sizeof name, "gpu %d", gpu);
+    return mem_plan_check(cfg, mc, world, max_tokens, total, name);
 }

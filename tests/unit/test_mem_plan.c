@@ -27,7 +27,8 @@
  *    micro_batch_tokens where set; KV tokens are whole pages of what the
  *    rollout phase leaves, 2 x layers x kv heads x head_dim x 2 bytes each.
  * 5. FITS at exactly total + margin bytes, DOES NOT FIT one byte below; a
- *    rollout phase whose cache cannot hold one conversation does not fit. */
+ *    rollout phase whose cache cannot hold one conversation does not fit;
+ *    the start-of-run check passes and refuses (naming the GPU) likewise. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,10 +252,30 @@ static void test_rank_batch_and_fit(void) {
           "one page of cache: fits %d, %ld tokens", p.fits, p.kv_tokens);
 }
 
+/* The check a CUDA run makes at start: refuses, naming the GPU, below the
+ * plan's need; passes at it. */
+static void test_check(void) {
+    const char *ov[] = {SMALL_SHAPE, "run.mode=sft", "run.device=cuda", "data.max_length=16", "train.batch_size=4"};
+    dk_config cfg;
+    load(&cfg, ov, sizeof ov / sizeof ov[0]);
+    model_config mc;
+    must(config_model(&cfg, &mc), "config_model");
+    mem_plan p;
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 64), "mem_plan_make");
+    const size_t need = p.total[MEM_TRAIN] + p.margin_bytes;
+    CHECK(mem_plan_check(&cfg, &mc, 1, 64, need, "gpu 3") == DK_OK, "refused at exactly its need: %s", dk_error());
+    printf("(a refused plan prints its table to stderr:)\n");
+    fflush(stdout);
+    dk_status st = mem_plan_check(&cfg, &mc, 1, 64, need - 1, "gpu 3");
+    CHECK(st == DK_ERR_USAGE && strstr(dk_error(), "does not fit gpu 3"), "one byte short: status %d, %s", st,
+          dk_error());
+}
+
 int main(void) {
     test_shards();
     test_model_create();
     test_gen_forward();
     test_rank_batch_and_fit();
+    test_check();
     return check_report();
 }
