@@ -101,9 +101,15 @@ int mem_plan_command(const dk_config *cfg, FILE *out) {
         return st;
     }
     const int world = cfg->dist.world > 0 ? cfg->dist.world : launcher_world();
+    const char *from = "dist.gpu_memory_gb";
     size_t gpu = (size_t)(cfg->dist.gpu_memory_gb * 1e9);
-    if (!gpu) gpu = device_total_bytes(0);
-    if (!gpu) gpu = (size_t)(MEM_PLAN_DEFAULT_GPU_GB * 1e9);
+    if (!gpu && (gpu = device_total_bytes(0))) from = "gpu 0's total memory";
+    if (!gpu) {
+        gpu = (size_t)(MEM_PLAN_DEFAULT_GPU_GB * 1e9);
+        from = "no GPU answers: an H200's";
+    }
+    fprintf(out, "world %d (%s), %.2f GB per GPU (%s)\n", world, cfg->dist.world > 0 ? "dist.world" : "the launcher's",
+            gb(gpu), from);
     mem_plan p;
     st = mem_plan_make(&p, cfg, &mc, world, DK_DEVICE_CUDA, gpu, 0);
     if (st != DK_OK) {
