@@ -53,6 +53,12 @@ static void load(dk_config *cfg, const char **ov, int n) {
     must(config_load(cfg, NULL, n, (char **)ov), "config_load");
 }
 
+/* The same, and the model it describes. */
+static void load_model(dk_config *cfg, model_config *mc, const char **ov, int n) {
+    load(cfg, ov, n);
+    must(config_model(cfg, mc), "config_model");
+}
+
 #define SMALL_SHAPE                                                                                          \
     "model.vocab_size=11", "model.hidden_size=5", "model.intermediate_size=6", "model.n_layers=2",          \
         "model.n_heads=2", "model.n_kv_heads=1", "model.head_dim=2", "model.max_position=64"
@@ -71,9 +77,8 @@ static void test_shards(void) {
         const char *ov[] = {SMALL_SHAPE, "run.mode=rl", "data.max_length=16", "train.batch_size=6", "rl.n_samples=2",
                             want[i].tied ? "model.tie_embeddings=true" : "model.tie_embeddings=false"};
         dk_config cfg;
-        load(&cfg, ov, sizeof ov / sizeof ov[0]);
         model_config mc;
-        must(config_model(&cfg, &mc), "config_model");
+        load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
         CHECK(model_config_n_params(&mc) == (want[i].tied ? 388u : 443u), "%zu parameters",
               model_config_n_params(&mc));
         mem_plan p;
@@ -105,8 +110,7 @@ static void test_shards(void) {
     dk_config cfg;
     model_config mc;
     mem_plan p;
-    load(&cfg, sft, sizeof sft / sizeof sft[0]);
-    must(config_model(&cfg, &mc), "config_model");
+    load_model(&cfg, &mc, sft, sizeof sft / sizeof sft[0]);
     must(mem_plan_make(&p, &cfg, &mc, 2, DK_DEVICE_CUDA, (size_t)80e9, 0), "mem_plan_make sft");
     CHECK(p.has_phase[MEM_TRAIN] && !p.has_phase[MEM_ROLLOUT] && p.total[MEM_ROLLOUT] == 0 &&
               p.bytes[MEM_INFER_COPY][MEM_ROLLOUT] == 0,
@@ -208,9 +212,8 @@ static void test_gen_forward(void) {
 static void test_rank_batch_and_fit(void) {
     const char *ov[] = {SMALL_SHAPE, "run.mode=rl", "data.max_length=16", "train.batch_size=8", "rl.n_samples=2"};
     dk_config cfg;
-    load(&cfg, ov, sizeof ov / sizeof ov[0]);
     model_config mc;
-    must(config_model(&cfg, &mc), "config_model");
+    load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
     mem_plan p;
     must(mem_plan_make(&p, &cfg, &mc, 3, DK_DEVICE_CUDA, (size_t)10e9, 0), "mem_plan_make");
     CHECK(p.rollout_seqs == 3 && p.train_tokens == 3 * 16, "world 3 of 8: %d conversations, %d tokens; want 3, 48",
@@ -257,9 +260,8 @@ static void test_rank_batch_and_fit(void) {
 static void test_check(void) {
     const char *ov[] = {SMALL_SHAPE, "run.mode=sft", "run.device=cuda", "data.max_length=16", "train.batch_size=4"};
     dk_config cfg;
-    load(&cfg, ov, sizeof ov / sizeof ov[0]);
     model_config mc;
-    must(config_model(&cfg, &mc), "config_model");
+    load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
     mem_plan p;
     must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 64), "mem_plan_make");
     const size_t need = p.total[MEM_TRAIN] + p.margin_bytes;
