@@ -25,14 +25,24 @@ extern "C" int device_describe(int ordinal, char *buf, size_t n) {
     return 0;
 }
 
-extern "C" size_t device_free_bytes(int ordinal) {
-    size_t free_b = 0, total = 0;
+/* cudaMemGetInfo on `ordinal`, leaving the current device as it was. */
+static int mem_info(int ordinal, size_t *free_b, size_t *total) {
     int prev = 0;
     if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(ordinal) != cudaSuccess ||
-        cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+        cudaMemGetInfo(free_b, total) != cudaSuccess) {
         cudaGetLastError();
-        return 0;
+        return -1;
     }
     cudaSetDevice(prev);
-    return free_b;
+    return 0;
+}
+
+extern "C" size_t device_free_bytes(int ordinal) {
+    size_t free_b = 0, total = 0;
+    return mem_info(ordinal, &free_b, &total) == 0 ? free_b : 0;
+}
+
+extern "C" size_t device_total_bytes(int ordinal) {
+    size_t free_b = 0, total = 0;
+    return mem_info(ordinal, &free_b, &total) == 0 ? total : 0;
 }

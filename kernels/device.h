@@ -17,6 +17,9 @@ int device_describe(int ordinal, char *buf, size_t n);
 
 /* Free device memory in bytes (0 without a GPU). */
 size_t device_free_bytes(int ordinal);
+/* Total device memory in bytes, as cudaMemGetInfo reports it (0 without a
+ * GPU): what the memory plan of a run is checked against. */
+size_t device_total_bytes(int ordinal);
 
 #ifdef __cplusplus
 }

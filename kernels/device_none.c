@@ -16,6 +16,11 @@ size_t device_free_bytes(int ordinal) {
     (void)ordinal;
     return 0;
 }
+
+size_t device_total_bytes(int ordinal) {
+    (void)ordinal;
+    return 0;
+}
 #else
 /* ISO C forbids an empty translation unit. */
 typedef int dk_device_none_unused;

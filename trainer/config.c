@@ -714,7 +714,9 @@ void config_describe(FILE *f) {
             "- The model comes either from `[model] path`, a Hugging Face checkpoint directory whose\n"
             "  `config.json` defines the shape, or from the other `[model]` keys with random initial\n"
             "  weights. A file or a command line that sets both is an error; a `model.path=DIR`\n"
-            "  override replaces the model a file describes (its shape keys are then ignored).\n");
+            "  override replaces the model a file describes (its shape keys are then ignored).\n"
+            "- `./train --plan CONFIG [overrides]` prints the per-GPU memory plan of the run at\n"
+            "  `dist.world` ranks and exits 0 when it fits, 1 when not (README.md, \"Memory plan\").\n");
     for (int s = 0; s < config_n_sections; s++) {
         const char *sec = config_sections[s].name;
         fprintf(f, "\n## [%s]: %s\n\n| key | type | default | meaning |\n| --- | --- | --- | --- |\n", sec,

@@ -169,8 +169,11 @@ const config_key config_keys[] = {
            "GPU, else mpi"),
     K_INT(dist, world, "0", CR_NONNEG, "`train --plan` only: the world size to plan for (0: the launcher's)"),
     K_FLOAT(dist, gpu_memory_gb, "0", CR_NONNEG,
-            "memory of one GPU for the memory plan, in GB (0: ask the device; 141 where there is none)"),
-    K_FLOAT(dist, margin_gb, "2", CR_NONNEG, "memory the plan leaves free on every GPU, in GB"),
+            "`train --plan` only: memory of one GPU, in GB of 10^9 bytes (0: ask the device; 141 where there is "
+            "none); a CUDA run checks its plan against the device's own memory"),
+    K_FLOAT(dist, margin_gb, "2", CR_NONNEG,
+            "memory the plan leaves free on every GPU, in GB: room for what it does not count (allocator rounding, "
+            "library buffers)"),
     K_FLOAT(dist, timeout_s, "600", CR_POS,
             "a collective that waits longer than this ends the whole job, naming the rank that did not arrive"),
 };

@@ -6,19 +6,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/device.h"
+#include "trainer/mem_plan.h"
 
-/* Refuses a model whose weights, gradients and AdamW state cannot fit the
- * device, before anything is allocated: a clear message instead of an
- * out-of-memory abort halfway through planning. */
+/* Refuses a model that cannot fit the device, before anything is
+ * allocated: a clear message instead of an out-of-memory abort halfway
+ * through planning. On CUDA that is the memory plan (trainer/mem_plan.h) of
+ * one rank holding the whole model; on the CPU, host memory against the
+ * weights, gradients, AdamW state and op scratch. */
 static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t scratch, int max_tokens) {
+    if (cfg->run.device == DK_DEVICE_CUDA) return mem_plan_check_device(cfg, mc, 0, 1, max_tokens);
     const double n = (double)model_config_n_params(mc);
-    const double act = cfg->run.device == DK_DEVICE_CPU ? 4.0 : 2.0;
-    /* weights + fp32 gradients + fp32 m and v (+ fp32 masters when weights are bf16) + op scratch */
-    const double need = n * (act + 4 + 8 + (act < 4 ? 4 : 0)) + (double)scratch;
-    double have;
-    if (cfg->run.device == DK_DEVICE_CPU) have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    else have = (double)device_free_bytes(0);
+    /* fp32 weights + fp32 gradients + fp32 m and v + op scratch */
+    const double need = n * (4 + 4 + 8) + (double)scratch;
+    const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && need > have)
         return dk_fail(DK_ERR_USAGE,
                        "[model] %.2fB parameters need about %.0f GB on %s for weights, gradients, AdamW state and "

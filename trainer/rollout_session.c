@@ -16,20 +16,25 @@ static dk_status load_template(const char *path, prompt_kind k, char **out) {
     return st == DK_OK ? DK_OK : dk_wrap(st, k == PROMPT_FIRST ? "[rl] prompt_template: " : "[rl] feedback_template: ");
 }
 
+void rollout_session_gen_config(const dk_config *cfg, const model_config *mc, int max_batch, gen_config *gc) {
+    memset(gc, 0, sizeof *gc);
+    gen_config_defaults(gc);
+    gc->max_batch = max_batch;
+    gc->max_context = cfg->data.max_length;
+    gc->max_step_tokens = cfg->data.max_length < 4096 ? cfg->data.max_length : 4096;
+    if (cfg->run.device == DK_DEVICE_CPU) /* room for every conversation at full length */
+        gc->cache_bytes = (size_t)max_batch * cfg->data.max_length * 2 * mc->n_layers * mc->n_kv_heads *
+                          mc->head_dim * sizeof(float) + (64u << 20);
+    else gc->cache_fraction = cfg->rl.kv_cache_fraction;
+    gc->cuda_graphs = cfg->rl.decode_graphs;
+}
+
 dk_status rollout_session_init(rollout_session *s, const dk_config *cfg, int max_batch, int train_tokens) {
     memset(s, 0, sizeof *s);
     model_config mc;
     DK_TRY(config_model(cfg, &mc));
-    gen_config gc = {0};
-    gen_config_defaults(&gc);
-    gc.max_batch = max_batch;
-    gc.max_context = cfg->data.max_length;
-    gc.max_step_tokens = cfg->data.max_length < 4096 ? cfg->data.max_length : 4096;
-    if (cfg->run.device == DK_DEVICE_CPU) /* room for every conversation at full length */
-        gc.cache_bytes = (size_t)max_batch * cfg->data.max_length * 2 * mc.n_layers * mc.n_kv_heads * mc.head_dim *
-                         sizeof(float) + (64u << 20);
-    else gc.cache_fraction = cfg->rl.kv_cache_fraction;
-    gc.cuda_graphs = cfg->rl.decode_graphs;
+    gen_config gc;
+    rollout_session_gen_config(cfg, &mc, max_batch, &gc);
     int tokens = train_tokens > 0 ? train_tokens : cfg->data.max_length;
     DK_TRY(run_setup_init(&s->r, cfg, tokens, gen_scratch_bytes(&mc, &gc, cfg->run.device)));
     /* The cache takes its share of what is free once the model is in. */

@@ -22,6 +22,9 @@ typedef struct {
     progress bar;
 } rollout_session;
 
+/* The generation engine's settings for max_batch conversations generated
+ * together (the memory plan reads the same ones). */
+void rollout_session_gen_config(const dk_config *cfg, const model_config *mc, int max_batch, gen_config *gc);
 /* max_batch: conversations generated together; train_tokens: the largest
  * packed training batch (0 for eval). */
 dk_status rollout_session_init(rollout_session *s, const dk_config *cfg, int max_batch, int train_tokens);

@@ -1,19 +1,23 @@
 /* train_main.c: the `train` program: train CONFIG.ini [section.key=value ...].
  * Loads and prints the resolved config, saves it to the run directory, and
- * runs the configured mode. Exit codes: 0 ok, 2 usage or config error, 1
- * runtime error; every error message names its culprit. */
+ * runs the configured mode; `train --plan CONFIG` prints the per-GPU memory
+ * plan instead (trainer/mem_plan.h) and exits 0 when it fits, 1 when not.
+ * Exit codes: 0 ok, 2 usage or config error, 1 runtime error; every error
+ * message names its culprit. */
 #include <stdio.h>
 #include <string.h>
 
 #include "common/util.h"
 #include "trainer/config.h"
 #include "trainer/eval_run.h"
+#include "trainer/mem_plan.h"
 #include "trainer/rl_run.h"
 #include "trainer/sft.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: train CONFIG.ini [section.key=value ...]\n"
+            "       train --plan CONFIG.ini [section.key=value ...]   (per-GPU memory plan at dist.world)\n"
             "       train --describe-config   (every key, as Markdown)\n"
             "Runs SFT, RL or eval as [run] mode says; see configs/README.md.\n");
 }
@@ -31,12 +35,18 @@ int main(int argc, char **argv) {
         config_describe(stdout);
         return 0;
     }
+    const int plan = !strcmp(argv[1], "--plan");
+    if (plan && argc < 3) {
+        usage(stderr);
+        return DK_ERR_USAGE;
+    }
     static dk_config cfg;
-    dk_status st = config_load(&cfg, argv[1], argc - 2, argv + 2);
+    dk_status st = config_load(&cfg, argv[1 + plan], argc - 2 - plan, argv + 2 + plan);
     if (st != DK_OK) {
         fprintf(stderr, "train: %s\n", dk_error());
         return st;
     }
+    if (plan) return mem_plan_command(&cfg, stdout);
     config_print(&cfg, stdout);
     char path[DK_CONFIG_STR + 32];
     st = dk_mkdirs(cfg.run.dir);

@@ -297,7 +297,8 @@ static void test_shipped(void) {
               pairs[i][1], s ? dk_error() : "fields differ");
         if (s == DK_OK)
             CHECK(cfg.run.mode == DK_MODE_RL && cfg.run.device == DK_DEVICE_CUDA && cfg.train.lr == 1e-6 &&
-                      cfg.train.schedule == LR_COSINE && cfg.train.batch_size == 256 && cfg.train.grad_accum == 4 &&
+                      cfg.train.schedule == LR_COSINE && cfg.train.batch_size == 256 && cfg.train.grad_accum == 1 &&
+                      cfg.train.micro_batch_tokens == 32768 &&
                       cfg.data.max_length == 32768 && cfg.rl.gamma == 1.0 && cfg.rl.clip_low == 0.2 &&
                       cfg.rl.clip_high == 0.28 && cfg.rl.dual_clip == 3.0 && cfg.rl.max_turns == 3 &&
                       cfg.rl.n_samples == 16 && cfg.rl.temperature == 1.0 && cfg.rl.max_new_tokens == 8192 &&

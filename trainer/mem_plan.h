@@ -1,0 +1,130 @@
+/* mem_plan.h: the per-GPU memory plan of a run. For a resolved config, a
+ * model shape and a world size it says how many bytes every item takes on
+ * one GPU in each phase of a step, and whether the peak leaves
+ * dist.margin_gb free. A pure function: no GPU, no MPI launch. `train --plan`
+ * prints it; a CUDA run checks it at start against the device's memory.
+ *
+ * What it plans (ZeRO-3, dist/shard.h). Every rank owns one equal, padded
+ * slice of each flat parameter unit (model/params.h: the embedding, each
+ * decoder layer, the final norm, the lm head): the bf16 parameters, the fp32
+ * masters, the AdamW moments m and v, and the fp32 gradients. Forward and
+ * backward gather one unit at a time into two bf16 buffers (one in use, the
+ * next arriving) and reduce-scatter its fp32 gradient out of one unit-sized
+ * buffer; both are sized for the largest unit, which is the embedding or the
+ * lm head rather than a layer in the Qwen3 shapes. The activations are what
+ * model_create plans for the rank's micro-batch. RL gathers the full bf16
+ * weights into an inference copy after each optimizer step; that copy, the
+ * generation engine's buffers and the paged KV cache exist only in the
+ * rollout phase, and the training activations and gather buffers only in the
+ * train phase, so the two phases reuse the same memory and the peak is the
+ * larger of them. In the rollout phase the KV cache takes what the other
+ * items and the margin leave.
+ *
+ * At world 1 nothing is gathered: the shards are whole units and the engine
+ * reads the training weights in place, which is what the single-GPU trainer
+ * allocates. Sizes are bytes; the table prints GB of 10^9 bytes. */
+#ifndef DK_TRAINER_MEM_PLAN_H
+#define DK_TRAINER_MEM_PLAN_H
+
+#include <stdio.h>
+
+#include "model/model.h"
+#include "trainer/config.h"
+
+/* The CUDA context, its loaded kernel images and the communicator's buffers:
+ * an estimate (0.5 GB measured for the context alone on an H200 is typical;
+ * NCCL adds a few hundred MB across ranks). */
+#define MEM_PLAN_CONTEXT_BYTES ((size_t)1000000000)
+/* The GPU memory planned for where dist.gpu_memory_gb is 0 and no GPU
+ * answers: an H200's 141 GB. */
+#define MEM_PLAN_DEFAULT_GPU_GB 141.0
+
+typedef enum {
+    MEM_PARAMS,        /* parameter shard (act: bf16) */
+    MEM_MASTER,        /* fp32 master shard (where parameters are not fp32) */
+    MEM_ADAM_M,        /* fp32 AdamW first moments, shard */
+    MEM_ADAM_V,        /* fp32 AdamW second moments, shard */
+    MEM_GRADS,         /* fp32 gradient shard */
+    MEM_GATHER_PARAMS, /* two gathered units, act (world > 1) */
+    MEM_GATHER_GRADS,  /* one unit's fp32 gradient before its reduce-scatter (world > 1) */
+    MEM_ACTIVATIONS,   /* model_create's activations for the rank's micro-batch */
+    MEM_SCRATCH,       /* ops scratch: lm-head chunk logits, attention statistics */
+    MEM_BLASLT,        /* cuBLASLt workspace */
+    MEM_REFERENCE,     /* frozen KL reference policy (rl.kl_coef > 0): a second model_create */
+    MEM_INFER_COPY,    /* gathered act weights the generation engine reads (world > 1) */
+    MEM_GEN_ACTS,      /* the generation engine's step buffers (model/gen_forward.c) */
+    MEM_KV_CACHE,      /* paged KV cache: whole pages of what the rollout phase leaves */
+    MEM_CONTEXT,       /* MEM_PLAN_CONTEXT_BYTES on CUDA */
+    MEM_ROWS
+} mem_row;
+
+typedef enum { MEM_TRAIN = 0, MEM_ROLLOUT = 1, MEM_PHASES = 2 } mem_phase;
+
+typedef struct {
+    /* What was planned for. */
+    int world;
+    dk_device device;        /* the backend whose storage is planned (cuda: bf16 act) */
+    size_t act_size;         /* bytes per act element */
+    size_t gpu_bytes, margin_bytes;
+    dk_run_mode mode;
+    int has_phase[MEM_PHASES]; /* sft: train; rl: both; eval: rollout */
+    int train_tokens;        /* tokens of the rank's micro-batch, what model_create is planned for */
+    model_recompute recompute;
+    int rollout_seqs;        /* conversations per rank generated together (rl, eval) */
+    int step_tokens;         /* tokens of one generation step */
+    int max_length;
+    size_t n_params;         /* the model's, unsharded */
+    size_t largest_unit;     /* elements of the largest unit, padded for the world */
+
+    size_t bytes[MEM_ROWS][MEM_PHASES]; /* 0 where an item is absent from a phase */
+    size_t total[MEM_PHASES];
+    size_t peak;
+    mem_phase peak_phase;
+
+    /* The KV cache of the rollout phase, in tokens of whole pages. */
+    size_t kv_token_bytes;   /* K and V of one token over all layers */
+    long kv_tokens;          /* what the cache holds */
+    long kv_need_one;        /* one conversation at max_length */
+    long kv_need_all;        /* every conversation of the rank at max_length */
+
+    int fits;                /* every phase leaves the margin, and the cache holds one conversation */
+} mem_plan;
+
+/* Bytes model_create allocates on a backend with act_size-byte act elements
+ * for everything but the parameters and their gradients: the activations,
+ * the backward workspace and the batch arrays, for max_tokens tokens. */
+size_t mem_plan_model_acts(const model_config *mc, int max_tokens, model_recompute rc, size_t act_size);
+/* Bytes gen_forward_init allocates for steps of max_tokens tokens and
+ * max_rows sampled rows. */
+size_t mem_plan_gen_acts(const model_config *mc, int max_tokens, int max_rows, size_t act_size);
+
+/* The plan of cfg's run mode for model mc at world size `world` on GPUs of
+ * gpu_bytes (device: the backend whose storage sizes apply). train_tokens:
+ * the micro-batch the model is created for, or 0 to derive the rank's from
+ * the config (trainer/micro_batch.h over batch_size / world sequences).
+ * Fails naming the keys when the config cannot be planned at this world
+ * size; a plan that does not fit is not a failure (p->fits says so). */
+dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, dk_device device,
+                        size_t gpu_bytes, int train_tokens);
+
+const char *mem_plan_row_name(mem_row r);
+/* The table: one row per item, a column per phase, totals, the peak, the
+ * free memory, the KV cache in tokens, FITS or DOES NOT FIT. */
+void mem_plan_print(const mem_plan *p, FILE *f);
+
+/* `train --plan`: prints to out the plan of cfg at dist.world (0: the
+ * launcher's, 1 for a plain ./train) on GPUs of dist.gpu_memory_gb (0: the
+ * device's memory, MEM_PLAN_DEFAULT_GPU_GB where none answers). Returns the
+ * exit code: 0 fits, 1 does not fit, 2 a config it cannot plan. */
+int mem_plan_command(const dk_config *cfg, FILE *out);
+/* At the start of a CUDA run, before anything is allocated: the plan of
+ * world ranks on GPUs of gpu_bytes (gpu_name says which, for the message),
+ * for a model created for max_tokens. Prints the table to stderr and fails
+ * (DK_ERR_USAGE) when it does not fit. */
+dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
+                         const char *gpu_name);
+/* mem_plan_check on the total memory of CUDA device `gpu`; DK_OK where no
+ * GPU answers (context creation reports that). */
+dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int max_tokens);
+
+#endif
