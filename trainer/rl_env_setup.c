@@ -9,12 +9,10 @@
 #include "rl/env_kernelgym.h"
 #include "rl/env_toy.h"
 
+/* The device a private fleet evaluates on; auto follows run.device. */
 static const char *kg_device(const dk_config *cfg) {
-    switch (cfg->kernelgym.device) {
-    case DK_KG_CPU: return "cpu";
-    case DK_KG_CUDA: return "cuda";
-    default: return cfg->run.device == DK_DEVICE_CUDA ? "cuda" : "cpu";
-    }
+    if (cfg->kernelgym.device != DK_KG_AUTO) return config_kg_device_names[cfg->kernelgym.device];
+    return config_device_names[cfg->run.device];
 }
 
 static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
