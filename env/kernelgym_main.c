@@ -1,9 +1,11 @@
 /* kernelgym_main.c: the kernelgym program (DESIGN.md §1, §7): evaluate one
  * candidate in-process (eval), run the static checks (check), serve a Redis
  * queue as a worker (worker) or as a local fleet (serve), send a job from the
- * command line (submit) and score a folder of solutions (score). Library code
- * reports errors; this file alone decides what to print and how to exit:
- * 0 done (eval: whatever the verdict), 1 runtime failure, 2 usage error. */
+ * command line (submit) and score a folder of solutions (score, whose
+ * pipeline is env/score_cmd.c). This file reads the flags and dispatches;
+ * library code reports errors, and this file alone decides what to print and
+ * how to exit: 0 done (eval: whatever the verdict), 1 runtime failure, 2
+ * usage error. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -24,7 +26,7 @@
 #include "env/fleet.h"
 #include "env/proc_util.h"
 #include "env/redis_conn.h"
-#include "env/score.h"
+#include "env/score_cmd.h"
 #include "env/worker.h"
 
 static const char *usage_text =
@@ -644,101 +646,17 @@ static int cmd_score(int argc, char **argv) {
     }
     eval_flags_finish(&ef);
 
-    kg_score_report rep;
-    if ((st = kg_score_collect(tasks, sols, &rep)) != DK_OK) return fail(st, a.cmd);
-    /* Jobs for the tasks that have a solution; slot k <-> item idx[k]. */
-    kg_job *jobs = dk_calloc((size_t)rep.n, sizeof *jobs);
-    int *idx = dk_calloc((size_t)rep.n, sizeof *idx);
-    char **texts = dk_calloc((size_t)rep.n * 2, sizeof *texts);
-    int n = 0;
-    for (int i = 0; i < rep.n; i++) {
-        kg_score_item *it = &rep.items[i];
-        if (!it->solution_path) continue;
-        size_t tl = 0, sl = 0;
-        char *t = NULL, *s = NULL;
-        dk_status rs = dk_read_file(it->task_path, &t, &tl);
-        if (rs == DK_OK) rs = dk_read_file(it->solution_path, &s, &sl);
-        if (rs == DK_OK && (strlen(t) != tl || strlen(s) != sl)) rs = dk_fail(DK_ERR_RUNTIME, "%s: contains a NUL byte", strlen(t) != tl ? it->task_path : it->solution_path);
-        if (rs != DK_OK) {
-            cJSON *r = kg_result_make_error(it->task_name, KG_STATUS_ERROR, dk_error());
-            kg_result_from_json(r, &it->result);
-            cJSON_Delete(r);
-            free(t);
-            free(s);
-            continue;
-        }
-        kg_job_init(&jobs[n]);
-        jobs[n].task_source = texts[2 * n] = t;
-        jobs[n].candidate_source = texts[2 * n + 1] = s;
-        jobs[n].task_name = it->task_name;
-        jobs[n].opt = opt;
-        idx[n++] = i;
-    }
-
-    kg_fleet fleet;
-    int have_fleet = 0, rc = 0;
-    kg_client *c = NULL;
+    kg_score_config sc = {.tasks_dir = tasks, .solutions_dir = sols, .redis = redis, .eval = ef.ev, .opt = opt,
+                          .wait_s = wait, .json_out = json_out};
+    kg_fleet_config_default(&sc.fleet);
     if (redis && strcmp(redis, "auto") == 0) {
+        if ((st = fleet_workers(&sc.fleet, &a, gpus, workers, ef.ev.device)) != DK_OK) return fail(st, a.cmd);
+        sc.fleet.extra = pt.argv;
+        sc.fleet.n_extra = pt.n;
         install_stop_handlers();
-        kg_fleet_config fc;
-        kg_fleet_config_default(&fc);
-        st = fleet_workers(&fc, &a, gpus, workers, ef.ev.device);
-        fc.extra = pt.argv;
-        fc.n_extra = pt.n;
-        if (st == DK_OK) st = kg_fleet_start(&fleet, &fc);
-        have_fleet = st == DK_OK;
-        if (st == DK_OK) c = kg_client_connect(fleet.url, &st);
-    } else if (redis) {
-        c = kg_client_connect(redis, &st);
-    } else {
-        c = kg_client_local(&ef.ev, &st);
     }
-    kg_result *res = dk_calloc((size_t)(n ? n : 1), sizeof *res);
-    if (st == DK_OK) st = kg_client_submit_batch(c, jobs, n, res);
-    int n_done = 0, last = -1;
-    double deadline = dk_now() + wait;
-    while (st == DK_OK && n_done < n && !g_stop) {
-        double left = deadline - dk_now();
-        if (left <= 0) break;
-        st = kg_client_wait(c, res, n, left < 2.0 ? left : 2.0, &n_done);
-        if (n_done != last) fprintf(stderr, "kernelgym score: %d/%d evaluated\n", n_done, n);
-        last = n_done;
-        if (have_fleet && kg_fleet_check(&fleet) == 0) {
-            st = dk_fail(DK_ERR_RUNTIME, "every worker of the fleet has exited");
-            break;
-        }
-    }
-    if (st != DK_OK) {
-        rc = fail(st, a.cmd);
-    } else {
-        if (n_done < n) fprintf(stderr, "kernelgym score: %d solution(s) not evaluated in time count as not fast\n", n - n_done);
-        for (int k = 0; k < n; k++) {
-            kg_result_free(&rep.items[idx[k]].result);
-            rep.items[idx[k]].result = res[k];
-            kg_result_init(&res[k]);
-        }
-        kg_score_compute(&rep);
-        kg_score_print(&rep, stdout);
-        fflush(stdout);
-        if (json_out) {
-            cJSON *j = kg_score_to_json(&rep, tasks, sols);
-            char *s = cJSON_Print(j);
-            st = dk_write_file(json_out, s, strlen(s));
-            free(s);
-            cJSON_Delete(j);
-            if (st != DK_OK) rc = fail(st, a.cmd);
-        }
-    }
-    for (int k = 0; k < n; k++) kg_result_free(&res[k]);
-    free(res);
-    kg_client_close(c);
-    if (have_fleet) kg_fleet_stop(&fleet, 30.0);
-    for (int k = 0; k < 2 * rep.n; k++) free(texts[k]);
-    free(texts);
-    free(jobs);
-    free(idx);
-    kg_score_free(&rep);
-    return rc;
+    if ((st = kg_score_run(&sc, &g_stop)) != DK_OK) return fail(st, a.cmd);
+    return 0;
 }
 
 int main(int argc, char **argv) {
