@@ -43,6 +43,19 @@ typedef struct {
 } kg_job;
 
 void kg_job_options_default(kg_job_options *o);
+
+/* The range an option's value must lie in, [lo, hi], by its JSON name; the
+ * flags of the kernelgym program check against it, and the harness
+ * (env/harness/protocol.py, OPTION_BOUNDS) checks the same ranges, which
+ * tests/unit/test_kg_protocol.py compares. */
+typedef struct {
+    const char *name; /* "timeout_s" */
+    double lo, hi;
+} kg_job_option_range;
+extern const kg_job_option_range kg_job_option_ranges[];
+extern const int kg_job_n_option_ranges;
+/* The range of option `name`; aborts on a name the table lacks (a bug). */
+const kg_job_option_range *kg_job_option_range_of(const char *name);
 void kg_job_init(kg_job *job); /* kind eval, default options, no sources */
 
 const char *kg_job_kind_name(kg_job_kind k);

@@ -160,6 +160,16 @@ static void eval_flags_finish(eval_flags *f) {
     if (f->unprofiled_set) f->ev.reward.unprofiled_coverage = f->unprofiled;
 }
 
+/* A job option's flag, checked against the option's range in env/job.c. */
+static dk_status job_double(const kg_args *a, const char *flag, const char *v, const char *option, double *out) {
+    const kg_job_option_range *r = kg_job_option_range_of(option);
+    return kg_arg_double(a, flag, v, r->lo, r->hi, out);
+}
+static dk_status job_int(const kg_args *a, const char *flag, const char *v, const char *option, int *out) {
+    const kg_job_option_range *r = kg_job_option_range_of(option);
+    return kg_arg_int(a, flag, v, (long)r->lo, (long)r->hi, out);
+}
+
 static int job_flag(kg_args *a, kg_job_options *o, dk_status *st) {
     static const char *modes[] = {"eager", "compile", NULL};
     const char *v;
@@ -167,13 +177,13 @@ static int job_flag(kg_args *a, kg_job_options *o, dk_status *st) {
     double d;
     *st = DK_OK;
     if ((m = kg_arg_value(a, "--timeout", &v, st))) {
-        if (m > 0) *st = kg_arg_double(a, "--timeout", v, 1, 3600, &o->timeout_s);
+        if (m > 0) *st = job_double(a, "--timeout", v, "timeout_s", &o->timeout_s);
     } else if ((m = kg_arg_value(a, "--trials", &v, st))) {
-        if (m > 0) *st = kg_arg_int(a, "--trials", v, 1, 10000, &o->perf_trials);
+        if (m > 0) *st = job_int(a, "--trials", v, "perf_trials", &o->perf_trials);
     } else if ((m = kg_arg_value(a, "--correct-trials", &v, st))) {
-        if (m > 0) *st = kg_arg_int(a, "--correct-trials", v, 1, 100, &o->correctness_trials);
+        if (m > 0) *st = job_int(a, "--correct-trials", v, "correctness_trials", &o->correctness_trials);
     } else if ((m = kg_arg_value(a, "--warmup", &v, st))) {
-        if (m > 0) *st = kg_arg_int(a, "--warmup", v, 0, 1000, &o->warmup);
+        if (m > 0) *st = job_int(a, "--warmup", v, "warmup", &o->warmup);
     } else if ((m = kg_arg_value(a, "--atol", &v, st))) {
         if (m > 0) *st = kg_arg_double(a, "--atol", v, 0, 1e9, &o->atol);
     } else if ((m = kg_arg_value(a, "--rtol", &v, st))) {
@@ -182,11 +192,12 @@ static int job_flag(kg_args *a, kg_job_options *o, dk_status *st) {
         if (m > 0 && (*st = kg_arg_choice(a, "--reference", v, modes)) == DK_OK)
             snprintf(o->reference_mode, sizeof o->reference_mode, "%s", v);
     } else if ((m = kg_arg_value(a, "--max-source-bytes", &v, st))) {
-        if (m > 0 && (*st = kg_arg_double(a, "--max-source-bytes", v, 1, 1e8, &d)) == DK_OK) o->max_source_bytes = (long)d;
+        if (m > 0 && (*st = job_double(a, "--max-source-bytes", v, "max_source_bytes", &d)) == DK_OK)
+            o->max_source_bytes = (long)d;
     } else if ((m = kg_arg_value(a, "--memory-gb", &v, st))) {
-        if (m > 0) *st = kg_arg_double(a, "--memory-gb", v, 0.5, 4096, &o->memory_limit_gb);
+        if (m > 0) *st = job_double(a, "--memory-gb", v, "memory_limit_gb", &o->memory_limit_gb);
     } else if ((m = kg_arg_value(a, "--cpu-time", &v, st))) {
-        if (m > 0) *st = kg_arg_double(a, "--cpu-time", v, 1, 86400, &o->cpu_time_s);
+        if (m > 0) *st = job_double(a, "--cpu-time", v, "cpu_time_s", &o->cpu_time_s);
     } else if (kg_arg_switch(a, "--no-profile")) {
         o->profile = 0;
         m = 1;
