@@ -54,7 +54,7 @@ static const char *usage_text =
     "  --atol X  --rtol X  --reference eager|compile  --no-profile  --strict\n"
     "  --max-source-bytes N  --memory-gb G  --cpu-time S\n"
     "evaluation flags (eval, worker, serve, score):\n"
-    "  --device auto|cuda|cpu  --gpu N  --reward profile|public  --alpha A  --cap C\n"
+    "  --device auto|cpu|cuda  --gpu N  --reward profile|public  --alpha A  --cap C\n"
     "  --hack-penalty P  --unprofiled-coverage X  --max-error-chars N  --top-kernels N\n"
     "  --margin S (slack over --timeout before the server is killed)  --verbose\n"
     "\n"
@@ -106,14 +106,14 @@ static void eval_flags_init(eval_flags *f) {
 
 /* 1: consumed, 0: not an evaluation flag, -1: error in *st. */
 static int eval_flag(kg_args *a, eval_flags *f, dk_status *st) {
-    static const char *devices[] = {"auto", "cuda", "cpu", NULL};
     static const char *formulas[] = {"profile", "public", NULL};
     const char *v;
     int m;
     *st = DK_OK;
     if ((m = kg_arg_value(a, "--device", &v, st))) {
-        if (m > 0 && (*st = kg_arg_choice(a, "--device", v, devices)) == DK_OK)
-            snprintf(f->ev.device, sizeof f->ev.device, "%s", v);
+        int d;
+        if (m > 0 && (*st = kg_arg_enum(a, "--device", v, kg_device_names, KG_N_DEVICES, &d)) == DK_OK)
+            snprintf(f->ev.device, sizeof f->ev.device, "%s", kg_device_names[d]);
     } else if ((m = kg_arg_value(a, "--gpu", &v, st))) {
         if (m > 0) *st = kg_arg_int(a, "--gpu", v, 0, 4095, &f->ev.gpu);
     } else if ((m = kg_arg_value(a, "--reward", &v, st))) {

@@ -7,7 +7,8 @@
  * Field names equal key names: `[train] lr` is cfg.train.lr. An enum key is
  * stored as the enum of the layer that uses it (rl.advantage is rl/'s
  * adv_estimator, train.recompute is model/'s model_recompute), and its values
- * are that layer's name table, so no value is spelled or numbered twice. The
+ * are that layer's name table, so no value is spelled or numbered twice
+ * (kernelgym.device is env/'s kg_device). The
  * enums below are the trainer's own. */
 #ifndef DK_TRAINER_CONFIG_H
 #define DK_TRAINER_CONFIG_H
@@ -16,6 +17,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
+#include "env/evaluator.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -28,13 +30,11 @@
 
 typedef enum { DK_MODE_SFT = 0, DK_MODE_RL = 1, DK_MODE_EVAL = 2 } dk_run_mode;
 typedef enum { DK_ENV_KERNELGYM = 0, DK_ENV_TOY = 1 } dk_env_kind;
-typedef enum { DK_KG_AUTO = 0, DK_KG_CPU = 1, DK_KG_CUDA = 2 } dk_kg_device;
 typedef enum { DK_COMM_AUTO = 0, DK_COMM_NCCL = 1, DK_COMM_MPI = 2 } dk_comm_backend;
 
 /* Value names of the trainer's enum keys, indexed by the enum. */
 extern const char *const config_run_mode_names[DK_MODE_EVAL + 1];
 extern const char *const config_env_kind_names[DK_ENV_TOY + 1];
-extern const char *const config_kg_device_names[DK_KG_CUDA + 1];
 extern const char *const config_comm_backend_names[DK_COMM_MPI + 1];
 /* run.device's values: the names kernels/ops.c gives dk_device
  * (ops_device_name), which has no table of its own; test_config checks that
@@ -98,7 +98,7 @@ typedef struct dk_config {
     struct {
         char redis[DK_CONFIG_STR];
         double timeout_s;
-        dk_kg_device device;
+        kg_device device;
         int workers;
     } kernelgym;
     struct {

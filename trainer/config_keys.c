@@ -33,15 +33,13 @@ _Static_assert(sizeof(dk_run_mode) == sizeof(int) && sizeof(dk_device) == sizeof
                    sizeof(dk_arch) == sizeof(int) && sizeof(lr_kind) == sizeof(int) &&
                    sizeof(model_recompute) == sizeof(int) && sizeof(adv_estimator) == sizeof(int) &&
                    sizeof(ppo_agg) == sizeof(int) && sizeof(prs_mode) == sizeof(int) &&
-                   sizeof(dk_env_kind) == sizeof(int) && sizeof(dk_kg_device) == sizeof(int) &&
+                   sizeof(dk_env_kind) == sizeof(int) && sizeof(kg_device) == sizeof(int) &&
                    sizeof(dk_comm_backend) == sizeof(int),
                "enum keys are stored as int");
 
 const char *const config_run_mode_names[DK_MODE_EVAL + 1] = {
     [DK_MODE_SFT] = "sft", [DK_MODE_RL] = "rl", [DK_MODE_EVAL] = "eval"};
 const char *const config_env_kind_names[DK_ENV_TOY + 1] = {[DK_ENV_KERNELGYM] = "kernelgym", [DK_ENV_TOY] = "toy"};
-const char *const config_kg_device_names[DK_KG_CUDA + 1] = {
-    [DK_KG_AUTO] = "auto", [DK_KG_CPU] = "cpu", [DK_KG_CUDA] = "cuda"};
 const char *const config_comm_backend_names[DK_COMM_MPI + 1] = {
     [DK_COMM_AUTO] = "auto", [DK_COMM_NCCL] = "nccl", [DK_COMM_MPI] = "mpi"};
 const char *const config_device_names[DK_DEVICE_CUDA + 1] = {[DK_DEVICE_CPU] = "cpu", [DK_DEVICE_CUDA] = "cuda"};
@@ -171,7 +169,7 @@ const config_key config_keys[] = {
     K_STRING(kernelgym, redis, "auto",
              "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one"),
     K_FLOAT(kernelgym, timeout_s, "120", CR_POS, "wall-clock limit of one evaluation, in seconds"),
-    K_ENUM(kernelgym, device, dk_kg_device, config_kg_device_names, "auto",
+    K_ENUM(kernelgym, device, kg_device, kg_device_names, "auto",
            "where a private fleet (redis = auto) evaluates: cuda, or cpu through the Triton interpreter "
            "(correctness and hack checks only, no timing); auto: cuda when run.device is cuda"),
     K_INT(kernelgym, workers, "1", CR_POS, "workers of a private fleet (one per GPU on cuda)"),

@@ -10,8 +10,8 @@
 #include "rl/env_toy.h"
 
 /* The device a private fleet evaluates on; auto follows run.device. */
-static const char *kg_device(const dk_config *cfg) {
-    if (cfg->kernelgym.device != DK_KG_AUTO) return config_kg_device_names[cfg->kernelgym.device];
+static const char *fleet_device(const dk_config *cfg) {
+    if (cfg->kernelgym.device != KG_DEVICE_AUTO) return kg_device_names[cfg->kernelgym.device];
     return config_device_names[cfg->run.device];
 }
 
@@ -26,7 +26,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
         const task_entry *t = &s->tasks.tasks[i];
         s->list[i] = (rl_task){t->id, t->name, t->level, t->source};
     }
-    const char *device = kg_device(cfg);
+    const char *device = fleet_device(cfg);
     char url[2048];
     snprintf(url, sizeof url, "%s", cfg->kernelgym.redis);
     if (!strcmp(cfg->kernelgym.redis, "auto")) {

@@ -342,14 +342,14 @@ static void test_enum_names(void) {
               "run.device value %d: '%s' vs ops_device_name '%s'", d, config_device_names[d],
               ops_device_name((dk_device)d));
     }
-    /* the config reads rl/'s and model/'s names: an override lands on their enums */
+    /* the config reads rl/'s, model/'s and env/'s names: an override lands on their enums */
     const char *const ov[] = {"rl.advantage=rloo", "rl.loss_agg=token-mean", "rl.prs=soft",
-                              "train.recompute=layer_keep_attention", "model.arch=llama"};
+                              "train.recompute=layer_keep_attention", "model.arch=llama", "kernelgym.device=cpu"};
     dk_config cfg;
-    dk_status s = config_load(&cfg, ini("e.ini", MODEL), 5, (char **)ov);
+    dk_status s = config_load(&cfg, ini("e.ini", MODEL), 6, (char **)ov);
     CHECK(s == DK_OK && cfg.rl.advantage == ADV_RLOO && cfg.rl.loss_agg == PPO_AGG_TOKEN_MEAN &&
               cfg.rl.prs == PRS_SOFT && cfg.train.recompute == MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION &&
-              cfg.model.arch == DK_ARCH_LLAMA,
+              cfg.model.arch == DK_ARCH_LLAMA && cfg.kernelgym.device == KG_DEVICE_CPU,
           "enum overrides: %s", s ? dk_error() : "wrong values");
 }
 

@@ -38,7 +38,7 @@ expect 2 "--timeout: expected a number, got 'abc'" eval --task "$tmp/task.py" --
 expect 2 "--timeout needs a value" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --timeout
 expect 2 "--timeout: 0 is outside" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --timeout 0
 expect 2 "--trials: expected an integer, got '2.5'" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --trials 2.5
-expect 2 "--device: expected one of auto, cuda, cpu, got 'gpu'" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --device gpu
+expect 2 "--device: expected one of auto, cpu, cuda, got 'gpu'" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --device gpu
 expect 2 "--reward: expected one of profile, public" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --reward=fancy
 expect 2 "--alpha: 2 is outside [0, 1]" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --alpha 2
 expect 2 "--task: $tmp/none.py: no such file" eval --task "$tmp/none.py" --candidate "$tmp/cand.py"
