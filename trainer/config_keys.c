@@ -1,7 +1,8 @@
 /* config_keys.c: every run-config key, its type, default, range and one-line
- * doc. This table is the single source of truth: config.c parses, checks,
- * prints, saves and documents (configs/README.md) by walking it. To add a key,
- * add a field to dk_config (trainer/config.h) and a row here; then regenerate
+ * doc, and for the defaults the recipe sets, the source they follow. This
+ * table is the single source of truth: config.c parses, checks, prints, saves
+ * and documents (configs/README.md) by walking it. To add a key, add a field
+ * to dk_config (trainer/config.h) and a row here; then regenerate
  * configs/README.md (`build/tests/unit_test_config_readme --write`). */
 #include "trainer/config_keys.h"
 
