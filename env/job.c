@@ -41,15 +41,16 @@ void kg_job_init(kg_job *job) {
     kg_job_options_default(&job->opt);
 }
 
-static const char *kind_names[] = {"eval", "echo", "sleep"};
+const char *const kg_job_kind_names[KG_N_JOB_KINDS] = {
+    [KG_JOB_EVAL] = "eval", [KG_JOB_ECHO] = "echo", [KG_JOB_SLEEP] = "sleep"};
 
 const char *kg_job_kind_name(kg_job_kind k) {
-    return (k >= 0 && k <= KG_JOB_SLEEP) ? kind_names[k] : "unknown";
+    return ((unsigned)k < KG_N_JOB_KINDS) ? kg_job_kind_names[k] : "unknown";
 }
 
 dk_status kg_job_kind_parse(const char *s, kg_job_kind *out) {
-    for (int k = 0; k <= KG_JOB_SLEEP; k++)
-        if (s && strcmp(s, kind_names[k]) == 0) {
+    for (int k = 0; k < KG_N_JOB_KINDS; k++)
+        if (s && strcmp(s, kg_job_kind_names[k]) == 0) {
             *out = (kg_job_kind)k;
             return DK_OK;
         }

@@ -14,6 +14,10 @@
 #define KG_ID_LEN 96 /* job ids: "<client id>-<sequence>", NUL included */
 
 typedef enum { KG_JOB_EVAL = 0, KG_JOB_ECHO, KG_JOB_SLEEP } kg_job_kind;
+enum { KG_N_JOB_KINDS = KG_JOB_SLEEP + 1 };
+/* The kinds' names ("eval", "echo", "sleep"), indexed by kg_job_kind: the
+ * job JSON's "kind" and the values of `kernelgym submit --kind`. */
+extern const char *const kg_job_kind_names[KG_N_JOB_KINDS];
 
 typedef struct {
     double timeout_s;        /* wall clock for the whole evaluation in the child */

@@ -106,7 +106,6 @@ static void eval_flags_init(eval_flags *f) {
 
 /* 1: consumed, 0: not an evaluation flag, -1: error in *st. */
 static int eval_flag(kg_args *a, eval_flags *f, dk_status *st) {
-    static const char *formulas[] = {"profile", "public", NULL};
     const char *v;
     int m;
     *st = DK_OK;
@@ -117,7 +116,9 @@ static int eval_flag(kg_args *a, eval_flags *f, dk_status *st) {
     } else if ((m = kg_arg_value(a, "--gpu", &v, st))) {
         if (m > 0) *st = kg_arg_int(a, "--gpu", v, 0, 4095, &f->ev.gpu);
     } else if ((m = kg_arg_value(a, "--reward", &v, st))) {
-        if (m > 0 && (*st = kg_arg_choice(a, "--reward", v, formulas)) == DK_OK) kg_reward_formula_parse(v, &f->formula);
+        int r;
+        if (m > 0 && (*st = kg_arg_enum(a, "--reward", v, kg_reward_formula_names, KG_N_REWARD_FORMULAS, &r)) == DK_OK)
+            f->formula = (kg_reward_formula)r;
     } else if ((m = kg_arg_value(a, "--alpha", &v, st))) {
         if (m > 0) {
             *st = kg_arg_double(a, "--alpha", v, 0, 1, &f->alpha);
@@ -541,7 +542,6 @@ static int cmd_serve(int argc, char **argv) {
 
 static int cmd_submit(int argc, char **argv) {
     kg_args a = {argc, argv, 2, "kernelgym submit"};
-    static const char *kinds[] = {"eval", "echo", "sleep", NULL};
     kg_job job;
     kg_job_init(&job);
     const char *url = NULL, *task = NULL, *cand = NULL, *wait_s = NULL, *kind = "eval", *payload = NULL, *sleep_s = NULL;
@@ -559,8 +559,9 @@ static int cmd_submit(int argc, char **argv) {
     }
     double wait = 600;
     if (wait_s && (st = kg_arg_double(&a, "--wait", wait_s, 0, 1e9, &wait)) != DK_OK) return fail(st, a.cmd);
-    if ((st = kg_arg_choice(&a, "--kind", kind, kinds)) != DK_OK) return fail(st, a.cmd);
-    kg_job_kind_parse(kind, &job.kind);
+    int k;
+    if ((st = kg_arg_enum(&a, "--kind", kind, kg_job_kind_names, KG_N_JOB_KINDS, &k)) != DK_OK) return fail(st, a.cmd);
+    job.kind = (kg_job_kind)k;
     if (sleep_s && (st = kg_arg_double(&a, "--sleep", sleep_s, 0, 86400, &job.opt.sleep_s)) != DK_OK) return fail(st, a.cmd);
     url = redis_from_env(url);
     if (!url) return fail(dk_fail(DK_ERR_USAGE, "--redis URL is required (or set KERNELGYM_REDIS)"), a.cmd);
