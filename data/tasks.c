@@ -1,18 +1,18 @@
 /* tasks.c: loading the RL/eval task set from JSONL or a KernelBench folder
- * (tasks.h): file listing, id/name parsing, the source sanity check and the
- * duplicate check. */
+ * (tasks.h): id/name parsing, the source sanity check and the duplicate
+ * check; the folder listing is task_dir.c's. */
 #define _POSIX_C_SOURCE 200809L
 #include "data/tasks.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
+#include "data/task_dir.h"
 
 /* ---- the source check ------------------------------------------------------ */
 
@@ -109,111 +109,58 @@ static dk_status load_jsonl(const char *path, int level, task_set *ts) {
 
 /* ---- folders ------------------------------------------------------------------ */
 
-typedef struct {
-    char *file;
-    long num; /* numeric prefix, -1 when none */
-} dir_item;
-
-static int cmp_item(const void *a, const void *b) {
-    const dir_item *x = a, *y = b;
-    if ((x->num < 0) != (y->num < 0)) return x->num < 0 ? 1 : -1;
-    if (x->num != y->num) return x->num < y->num ? -1 : 1;
-    return strcmp(x->file, y->file);
-}
-
-/* "level12" -> 12; -1 when the name is not levelN. */
-static int level_of(const char *name) {
-    if (strncmp(name, "level", 5) != 0 || !isdigit((unsigned char)name[5])) return -1;
-    char *end;
-    long v = strtol(name + 5, &end, 10);
-    return *end || v > 1000000 ? -1 : (int)v;
-}
-
-/* Lists DIR's entries: *.py task files (kind 0) or levelN folders (kind 1). */
-static dk_status list_dir(const char *dir, int kind, dir_item **out, int *n) {
-    DIR *d = opendir(dir);
-    if (!d) return dk_fail(DK_ERR_RUNTIME, "%s: cannot read folder: %s", dir, strerror(errno));
-    *out = NULL;
-    *n = 0;
-    struct dirent *e;
-    char full[4200];
-    while ((e = readdir(d))) {
-        const char *nm = e->d_name;
-        if (nm[0] == '.' || nm[0] == '_') continue;
-        snprintf(full, sizeof full, "%s/%s", dir, nm);
-        long num;
-        size_t len = strlen(nm);
-        if (kind == 0) {
-            if (len < 4 || strcmp(nm + len - 3, ".py") != 0 || dk_dir_exists(full)) continue;
-            char *end;
-            num = isdigit((unsigned char)nm[0]) ? strtol(nm, &end, 10) : -1;
-            if (num >= 0 && *end != '_') num = -1;
-        } else {
-            num = level_of(nm);
-            if (num < 0 || !dk_dir_exists(full)) continue;
-        }
-        *out = dk_realloc(*out, (size_t)(*n + 1) * sizeof **out);
-        (*out)[(*n)++] = (dir_item){dk_strdup(nm), num};
-    }
-    closedir(d);
-    qsort(*out, (size_t)*n, sizeof **out, cmp_item);
-    return DK_OK;
-}
-
-static void free_items(dir_item *it, int n) {
-    for (int i = 0; i < n; i++) free(it[i].file);
-    free(it);
-}
-
 static dk_status load_level_dir(const char *dir, int level, task_set *ts, int *cap) {
-    dir_item *it;
+    task_dir_entry *it;
     int n;
-    DK_TRY(list_dir(dir, 0, &it, &n));
+    DK_TRY(task_dir_list(dir, TASK_DIR_FILES, &it, &n));
     dk_status st = DK_OK;
     char path[4200], id[64], name[4096];
     for (int i = 0; i < n && st == DK_OK; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, it[i].file);
-        size_t stem = strlen(it[i].file) - 3;
-        if (it[i].num >= 0) {
+        const char *file = it[i].name;
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        size_t stem = strlen(file) - 3;
+        /* "19_Name.py": id 19, name Name; any other file is named by its stem. */
+        const char *sep = file + strspn(file, "0123456789");
+        if (it[i].num >= 0 && *sep == '_') {
             snprintf(id, sizeof id, "%ld", it[i].num);
-            const char *rest = strchr(it[i].file, '_') + 1;
-            snprintf(name, sizeof name, "%.*s", (int)(stem - (size_t)(rest - it[i].file)), rest);
+            const char *rest = sep + 1;
+            snprintf(name, sizeof name, "%.*s", (int)(stem - (size_t)(rest - file)), rest);
         } else {
-            snprintf(id, sizeof id, "%.*s", (int)(stem < sizeof id - 1 ? stem : sizeof id - 1), it[i].file);
-            snprintf(name, sizeof name, "%.*s", (int)stem, it[i].file);
+            snprintf(id, sizeof id, "%.*s", (int)(stem < sizeof id - 1 ? stem : sizeof id - 1), file);
+            snprintf(name, sizeof name, "%.*s", (int)stem, file);
         }
         char *src;
         st = dk_read_file(path, &src, NULL);
         if (st == DK_OK) add_task(ts, cap, id, name, level, src, path);
     }
-    free_items(it, n);
+    task_dir_free(it, n);
     return st;
 }
 
 static dk_status load_folder(const char *dir, int level, task_set *ts) {
-    dir_item *py, *lv;
+    task_dir_entry *py, *lv;
     int n_py, n_lv, cap = 0;
-    DK_TRY(list_dir(dir, 0, &py, &n_py));
-    free_items(py, n_py);
+    DK_TRY(task_dir_list(dir, TASK_DIR_FILES, &py, &n_py));
+    task_dir_free(py, n_py);
     if (n_py > 0) { /* a level folder itself */
         const char *base = strrchr(dir, '/');
         base = base && base[1] ? base + 1 : dir;
-        int own = level_of(base);
+        int own = (int)task_dir_level(base);
         if (own > 0 && level > 0 && own != level)
             return dk_fail(DK_ERR_USAGE, "%s: a level %d folder, but level %d was asked for", dir, own, level);
         return load_level_dir(dir, own > 0 ? own : level > 0 ? level : 0, ts, &cap);
     }
-    DK_TRY(list_dir(dir, 1, &lv, &n_lv));
+    DK_TRY(task_dir_list(dir, TASK_DIR_LEVELS, &lv, &n_lv));
     dk_status st = DK_OK;
     int used = 0;
     char sub[4200];
     for (int i = 0; i < n_lv && st == DK_OK; i++) {
         if (level > 0 && lv[i].num != level) continue;
-        snprintf(sub, sizeof sub, "%s/%s", dir, lv[i].file);
+        snprintf(sub, sizeof sub, "%s/%s", dir, lv[i].name);
         st = load_level_dir(sub, (int)lv[i].num, ts, &cap);
         used++;
     }
-    free_items(lv, n_lv);
+    task_dir_free(lv, n_lv);
     if (st == DK_OK && used == 0) {
         if (level > 0) return dk_fail(DK_ERR_RUNTIME, "%s: no level%d folder", dir, level);
         return dk_fail(DK_ERR_RUNTIME, "%s: no task files (*.py) and no level folders (level1/, level2/, ...)", dir);

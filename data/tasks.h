@@ -10,8 +10,9 @@
  *    name the rest of the file name, source the file. Give the level folder
  *    itself (its level from its name "levelN", else 0) or its parent holding
  *    level1/, level2/, ... folders. Files starting with '_' or '.' are not
- *    tasks; a file without a numeric prefix gets its whole stem as id and
- *    name. Folder tasks are sorted by level, then id, then name.
+ *    tasks; a file without an `N_` prefix gets its whole stem as id and
+ *    name. Folder tasks are sorted by level, then as task_dir.h lists a
+ *    folder (leading number, then name).
  *
  * A task whose source lacks a module-level `class Model`, `def get_inputs` or
  * `def get_init_inputs` cannot be evaluated: it is skipped, not fatal, and

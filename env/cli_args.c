@@ -81,12 +81,21 @@ dk_status kg_arg_int_list(const kg_args *a, const char *name, const char *s, int
     return DK_OK;
 }
 
-dk_status kg_arg_choice(const kg_args *a, const char *name, const char *s, const char *const *choices) {
+dk_status kg_arg_enum(const kg_args *a, const char *name, const char *s, const char *const *names, int n, int *out) {
     char list[256] = "";
-    for (int i = 0; choices[i]; i++) {
-        if (strcmp(s, choices[i]) == 0) return DK_OK;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return DK_OK;
+        }
         size_t l = strlen(list);
-        snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", choices[i]);
+        snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", names[i]);
     }
     return dk_fail(DK_ERR_USAGE, "%s: expected one of %s, got '%s'", name, list, s);
+}
+
+dk_status kg_arg_choice(const kg_args *a, const char *name, const char *s, const char *const *choices) {
+    int n = 0, which;
+    while (choices[n]) n++;
+    return kg_arg_enum(a, name, s, choices, n, &which);
 }

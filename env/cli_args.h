@@ -27,5 +27,7 @@ dk_status kg_arg_int(const kg_args *a, const char *name, const char *s, long lo,
 dk_status kg_arg_int_list(const kg_args *a, const char *name, const char *s, int *out, int max, int *n);
 /* One of the words in choices (NULL-terminated). */
 dk_status kg_arg_choice(const kg_args *a, const char *name, const char *s, const char *const *choices);
+/* One of the n names of an enum's name table; *out gets its index. */
+dk_status kg_arg_enum(const kg_args *a, const char *name, const char *s, const char *const *names, int n, int *out);
 
 #endif

@@ -20,6 +20,9 @@ struct kg_evaluator {
     char config_error[256]; /* a setting no job can fix, reported by start */
 };
 
+const char *const kg_device_names[KG_N_DEVICES] = {
+    [KG_DEVICE_AUTO] = "auto", [KG_DEVICE_CPU] = "cpu", [KG_DEVICE_CUDA] = "cuda"};
+
 void kg_evaluator_config_default(kg_evaluator_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->device, sizeof c->device, "auto");

@@ -21,8 +21,16 @@
 #include "env/reward.h"
 #include "env/server_proc.h"
 
+/* Where jobs are evaluated: auto (cuda when the server sees a GPU), cpu
+ * (through the Triton interpreter, no timing) or cuda. The names are the
+ * values of the --device flag and of the run config's kernelgym.device key;
+ * configs hold the enum, the evaluator and the fleet the name. */
+typedef enum { KG_DEVICE_AUTO = 0, KG_DEVICE_CPU = 1, KG_DEVICE_CUDA = 2 } kg_device;
+enum { KG_N_DEVICES = KG_DEVICE_CUDA + 1 };
+extern const char *const kg_device_names[KG_N_DEVICES];
+
 typedef struct {
-    char device[8]; /* "auto" (cuda when the server sees a GPU), "cuda" or "cpu" */
+    char device[8]; /* a kg_device_names entry */
     int gpu;        /* GPU index among the visible ones; -1: leave CUDA_VISIBLE_DEVICES alone */
     char name[128]; /* reported as "worker", e.g. "host:gpu0" */
     kg_reward_config reward;

@@ -22,21 +22,35 @@ void kg_job_options_default(kg_job_options *o) {
     o->sleep_s = 0;
 }
 
+const kg_job_option_range kg_job_option_ranges[] = {
+    {"timeout_s", 1, 3600},         {"correctness_trials", 1, 100}, {"perf_trials", 1, 10000},
+    {"warmup", 0, 1000},            {"max_source_bytes", 1, 1e8},   {"memory_limit_gb", 0.5, 4096},
+    {"cpu_time_s", 1, 86400},
+};
+const int kg_job_n_option_ranges = sizeof kg_job_option_ranges / sizeof kg_job_option_ranges[0];
+
+const kg_job_option_range *kg_job_option_range_of(const char *name) {
+    for (int i = 0; i < kg_job_n_option_ranges; i++)
+        if (strcmp(kg_job_option_ranges[i].name, name) == 0) return &kg_job_option_ranges[i];
+    DK_ABORT("job option '%s' has no range in env/job.c", name);
+}
+
 void kg_job_init(kg_job *job) {
     memset(job, 0, sizeof *job);
     job->kind = KG_JOB_EVAL;
     kg_job_options_default(&job->opt);
 }
 
-static const char *kind_names[] = {"eval", "echo", "sleep"};
+const char *const kg_job_kind_names[KG_N_JOB_KINDS] = {
+    [KG_JOB_EVAL] = "eval", [KG_JOB_ECHO] = "echo", [KG_JOB_SLEEP] = "sleep"};
 
 const char *kg_job_kind_name(kg_job_kind k) {
-    return (k >= 0 && k <= KG_JOB_SLEEP) ? kind_names[k] : "unknown";
+    return ((unsigned)k < KG_N_JOB_KINDS) ? kg_job_kind_names[k] : "unknown";
 }
 
 dk_status kg_job_kind_parse(const char *s, kg_job_kind *out) {
-    for (int k = 0; k <= KG_JOB_SLEEP; k++)
-        if (s && strcmp(s, kind_names[k]) == 0) {
+    for (int k = 0; k < KG_N_JOB_KINDS; k++)
+        if (s && strcmp(s, kg_job_kind_names[k]) == 0) {
             *out = (kg_job_kind)k;
             return DK_OK;
         }

@@ -14,6 +14,10 @@
 #define KG_ID_LEN 96 /* job ids: "<client id>-<sequence>", NUL included */
 
 typedef enum { KG_JOB_EVAL = 0, KG_JOB_ECHO, KG_JOB_SLEEP } kg_job_kind;
+enum { KG_N_JOB_KINDS = KG_JOB_SLEEP + 1 };
+/* The kinds' names ("eval", "echo", "sleep"), indexed by kg_job_kind: the
+ * job JSON's "kind" and the values of `kernelgym submit --kind`. */
+extern const char *const kg_job_kind_names[KG_N_JOB_KINDS];
 
 typedef struct {
     double timeout_s;        /* wall clock for the whole evaluation in the child */
@@ -43,6 +47,19 @@ typedef struct {
 } kg_job;
 
 void kg_job_options_default(kg_job_options *o);
+
+/* The range an option's value must lie in, [lo, hi], by its JSON name; the
+ * flags of the kernelgym program check against it, and the harness
+ * (env/harness/protocol.py, OPTION_BOUNDS) checks the same ranges, which
+ * tests/unit/test_kg_protocol.py compares. */
+typedef struct {
+    const char *name; /* "timeout_s" */
+    double lo, hi;
+} kg_job_option_range;
+extern const kg_job_option_range kg_job_option_ranges[];
+extern const int kg_job_n_option_ranges;
+/* The range of option `name`; aborts on a name the table lacks (a bug). */
+const kg_job_option_range *kg_job_option_range_of(const char *name);
 void kg_job_init(kg_job *job); /* kind eval, default options, no sources */
 
 const char *kg_job_kind_name(kg_job_kind k);

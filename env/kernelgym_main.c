@@ -1,9 +1,11 @@
 /* kernelgym_main.c: the kernelgym program (docs/DESIGN.md §1, §10): evaluate one
  * candidate in-process (eval), run the static checks (check), serve a Redis
  * queue as a worker (worker) or as a local fleet (serve), send a job from the
- * command line (submit) and score a folder of solutions (score). Library code
- * reports errors; this file alone decides what to print and how to exit:
- * 0 done (eval: whatever the verdict), 1 runtime failure, 2 usage error. */
+ * command line (submit) and score a folder of solutions (score, whose
+ * pipeline is env/score_cmd.c). This file reads the flags and dispatches;
+ * library code reports errors, and this file alone decides what to print and
+ * how to exit: 0 done (eval: whatever the verdict), 1 runtime failure, 2
+ * usage error. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -24,7 +26,7 @@
 #include "env/fleet.h"
 #include "env/proc_util.h"
 #include "env/redis_conn.h"
-#include "env/score.h"
+#include "env/score_cmd.h"
 #include "env/worker.h"
 
 static const char *usage_text =
@@ -52,7 +54,7 @@ static const char *usage_text =
     "  --atol X  --rtol X  --reference eager|compile  --no-profile  --strict\n"
     "  --max-source-bytes N  --memory-gb G  --cpu-time S\n"
     "evaluation flags (eval, worker, serve, score):\n"
-    "  --device auto|cuda|cpu  --gpu N  --reward profile|public  --alpha A  --cap C\n"
+    "  --device auto|cpu|cuda  --gpu N  --reward profile|public  --alpha A  --cap C\n"
     "  --hack-penalty P  --unprofiled-coverage X  --max-error-chars N  --top-kernels N\n"
     "  --margin S (slack over --timeout before the server is killed)  --verbose\n"
     "\n"
@@ -104,18 +106,19 @@ static void eval_flags_init(eval_flags *f) {
 
 /* 1: consumed, 0: not an evaluation flag, -1: error in *st. */
 static int eval_flag(kg_args *a, eval_flags *f, dk_status *st) {
-    static const char *devices[] = {"auto", "cuda", "cpu", NULL};
-    static const char *formulas[] = {"profile", "public", NULL};
     const char *v;
     int m;
     *st = DK_OK;
     if ((m = kg_arg_value(a, "--device", &v, st))) {
-        if (m > 0 && (*st = kg_arg_choice(a, "--device", v, devices)) == DK_OK)
-            snprintf(f->ev.device, sizeof f->ev.device, "%s", v);
+        int d;
+        if (m > 0 && (*st = kg_arg_enum(a, "--device", v, kg_device_names, KG_N_DEVICES, &d)) == DK_OK)
+            snprintf(f->ev.device, sizeof f->ev.device, "%s", kg_device_names[d]);
     } else if ((m = kg_arg_value(a, "--gpu", &v, st))) {
         if (m > 0) *st = kg_arg_int(a, "--gpu", v, 0, 4095, &f->ev.gpu);
     } else if ((m = kg_arg_value(a, "--reward", &v, st))) {
-        if (m > 0 && (*st = kg_arg_choice(a, "--reward", v, formulas)) == DK_OK) kg_reward_formula_parse(v, &f->formula);
+        int r;
+        if (m > 0 && (*st = kg_arg_enum(a, "--reward", v, kg_reward_formula_names, KG_N_REWARD_FORMULAS, &r)) == DK_OK)
+            f->formula = (kg_reward_formula)r;
     } else if ((m = kg_arg_value(a, "--alpha", &v, st))) {
         if (m > 0) {
             *st = kg_arg_double(a, "--alpha", v, 0, 1, &f->alpha);
@@ -158,6 +161,16 @@ static void eval_flags_finish(eval_flags *f) {
     if (f->unprofiled_set) f->ev.reward.unprofiled_coverage = f->unprofiled;
 }
 
+/* A job option's flag, checked against the option's range in env/job.c. */
+static dk_status job_double(const kg_args *a, const char *flag, const char *v, const char *option, double *out) {
+    const kg_job_option_range *r = kg_job_option_range_of(option);
+    return kg_arg_double(a, flag, v, r->lo, r->hi, out);
+}
+static dk_status job_int(const kg_args *a, const char *flag, const char *v, const char *option, int *out) {
+    const kg_job_option_range *r = kg_job_option_range_of(option);
+    return kg_arg_int(a, flag, v, (long)r->lo, (long)r->hi, out);
+}
+
 static int job_flag(kg_args *a, kg_job_options *o, dk_status *st) {
     static const char *modes[] = {"eager", "compile", NULL};
     const char *v;
@@ -165,13 +178,13 @@ static int job_flag(kg_args *a, kg_job_options *o, dk_status *st) {
     double d;
     *st = DK_OK;
     if ((m = kg_arg_value(a, "--timeout", &v, st))) {
-        if (m > 0) *st = kg_arg_double(a, "--timeout", v, 1, 3600, &o->timeout_s);
+        if (m > 0) *st = job_double(a, "--timeout", v, "timeout_s", &o->timeout_s);
     } else if ((m = kg_arg_value(a, "--trials", &v, st))) {
-        if (m > 0) *st = kg_arg_int(a, "--trials", v, 1, 10000, &o->perf_trials);
+        if (m > 0) *st = job_int(a, "--trials", v, "perf_trials", &o->perf_trials);
     } else if ((m = kg_arg_value(a, "--correct-trials", &v, st))) {
-        if (m > 0) *st = kg_arg_int(a, "--correct-trials", v, 1, 100, &o->correctness_trials);
+        if (m > 0) *st = job_int(a, "--correct-trials", v, "correctness_trials", &o->correctness_trials);
     } else if ((m = kg_arg_value(a, "--warmup", &v, st))) {
-        if (m > 0) *st = kg_arg_int(a, "--warmup", v, 0, 1000, &o->warmup);
+        if (m > 0) *st = job_int(a, "--warmup", v, "warmup", &o->warmup);
     } else if ((m = kg_arg_value(a, "--atol", &v, st))) {
         if (m > 0) *st = kg_arg_double(a, "--atol", v, 0, 1e9, &o->atol);
     } else if ((m = kg_arg_value(a, "--rtol", &v, st))) {
@@ -180,11 +193,12 @@ static int job_flag(kg_args *a, kg_job_options *o, dk_status *st) {
         if (m > 0 && (*st = kg_arg_choice(a, "--reference", v, modes)) == DK_OK)
             snprintf(o->reference_mode, sizeof o->reference_mode, "%s", v);
     } else if ((m = kg_arg_value(a, "--max-source-bytes", &v, st))) {
-        if (m > 0 && (*st = kg_arg_double(a, "--max-source-bytes", v, 1, 1e8, &d)) == DK_OK) o->max_source_bytes = (long)d;
+        if (m > 0 && (*st = job_double(a, "--max-source-bytes", v, "max_source_bytes", &d)) == DK_OK)
+            o->max_source_bytes = (long)d;
     } else if ((m = kg_arg_value(a, "--memory-gb", &v, st))) {
-        if (m > 0) *st = kg_arg_double(a, "--memory-gb", v, 0.5, 4096, &o->memory_limit_gb);
+        if (m > 0) *st = job_double(a, "--memory-gb", v, "memory_limit_gb", &o->memory_limit_gb);
     } else if ((m = kg_arg_value(a, "--cpu-time", &v, st))) {
-        if (m > 0) *st = kg_arg_double(a, "--cpu-time", v, 1, 86400, &o->cpu_time_s);
+        if (m > 0) *st = job_double(a, "--cpu-time", v, "cpu_time_s", &o->cpu_time_s);
     } else if (kg_arg_switch(a, "--no-profile")) {
         o->profile = 0;
         m = 1;
@@ -528,7 +542,6 @@ static int cmd_serve(int argc, char **argv) {
 
 static int cmd_submit(int argc, char **argv) {
     kg_args a = {argc, argv, 2, "kernelgym submit"};
-    static const char *kinds[] = {"eval", "echo", "sleep", NULL};
     kg_job job;
     kg_job_init(&job);
     const char *url = NULL, *task = NULL, *cand = NULL, *wait_s = NULL, *kind = "eval", *payload = NULL, *sleep_s = NULL;
@@ -546,8 +559,9 @@ static int cmd_submit(int argc, char **argv) {
     }
     double wait = 600;
     if (wait_s && (st = kg_arg_double(&a, "--wait", wait_s, 0, 1e9, &wait)) != DK_OK) return fail(st, a.cmd);
-    if ((st = kg_arg_choice(&a, "--kind", kind, kinds)) != DK_OK) return fail(st, a.cmd);
-    kg_job_kind_parse(kind, &job.kind);
+    int k;
+    if ((st = kg_arg_enum(&a, "--kind", kind, kg_job_kind_names, KG_N_JOB_KINDS, &k)) != DK_OK) return fail(st, a.cmd);
+    job.kind = (kg_job_kind)k;
     if (sleep_s && (st = kg_arg_double(&a, "--sleep", sleep_s, 0, 86400, &job.opt.sleep_s)) != DK_OK) return fail(st, a.cmd);
     url = redis_from_env(url);
     if (!url) return fail(dk_fail(DK_ERR_USAGE, "--redis URL is required (or set KERNELGYM_REDIS)"), a.cmd);
@@ -644,101 +658,17 @@ static int cmd_score(int argc, char **argv) {
     }
     eval_flags_finish(&ef);
 
-    kg_score_report rep;
-    if ((st = kg_score_collect(tasks, sols, &rep)) != DK_OK) return fail(st, a.cmd);
-    /* Jobs for the tasks that have a solution; slot k <-> item idx[k]. */
-    kg_job *jobs = dk_calloc((size_t)rep.n, sizeof *jobs);
-    int *idx = dk_calloc((size_t)rep.n, sizeof *idx);
-    char **texts = dk_calloc((size_t)rep.n * 2, sizeof *texts);
-    int n = 0;
-    for (int i = 0; i < rep.n; i++) {
-        kg_score_item *it = &rep.items[i];
-        if (!it->solution_path) continue;
-        size_t tl = 0, sl = 0;
-        char *t = NULL, *s = NULL;
-        dk_status rs = dk_read_file(it->task_path, &t, &tl);
-        if (rs == DK_OK) rs = dk_read_file(it->solution_path, &s, &sl);
-        if (rs == DK_OK && (strlen(t) != tl || strlen(s) != sl)) rs = dk_fail(DK_ERR_RUNTIME, "%s: contains a NUL byte", strlen(t) != tl ? it->task_path : it->solution_path);
-        if (rs != DK_OK) {
-            cJSON *r = kg_result_make_error(it->task_name, KG_STATUS_ERROR, dk_error());
-            kg_result_from_json(r, &it->result);
-            cJSON_Delete(r);
-            free(t);
-            free(s);
-            continue;
-        }
-        kg_job_init(&jobs[n]);
-        jobs[n].task_source = texts[2 * n] = t;
-        jobs[n].candidate_source = texts[2 * n + 1] = s;
-        jobs[n].task_name = it->task_name;
-        jobs[n].opt = opt;
-        idx[n++] = i;
-    }
-
-    kg_fleet fleet;
-    int have_fleet = 0, rc = 0;
-    kg_client *c = NULL;
+    kg_score_config sc = {.tasks_dir = tasks, .solutions_dir = sols, .redis = redis, .eval = ef.ev, .opt = opt,
+                          .wait_s = wait, .json_out = json_out};
+    kg_fleet_config_default(&sc.fleet);
     if (redis && strcmp(redis, "auto") == 0) {
+        if ((st = fleet_workers(&sc.fleet, &a, gpus, workers, ef.ev.device)) != DK_OK) return fail(st, a.cmd);
+        sc.fleet.extra = pt.argv;
+        sc.fleet.n_extra = pt.n;
         install_stop_handlers();
-        kg_fleet_config fc;
-        kg_fleet_config_default(&fc);
-        st = fleet_workers(&fc, &a, gpus, workers, ef.ev.device);
-        fc.extra = pt.argv;
-        fc.n_extra = pt.n;
-        if (st == DK_OK) st = kg_fleet_start(&fleet, &fc);
-        have_fleet = st == DK_OK;
-        if (st == DK_OK) c = kg_client_connect(fleet.url, &st);
-    } else if (redis) {
-        c = kg_client_connect(redis, &st);
-    } else {
-        c = kg_client_local(&ef.ev, &st);
     }
-    kg_result *res = dk_calloc((size_t)(n ? n : 1), sizeof *res);
-    if (st == DK_OK) st = kg_client_submit_batch(c, jobs, n, res);
-    int n_done = 0, last = -1;
-    double deadline = dk_now() + wait;
-    while (st == DK_OK && n_done < n && !g_stop) {
-        double left = deadline - dk_now();
-        if (left <= 0) break;
-        st = kg_client_wait(c, res, n, left < 2.0 ? left : 2.0, &n_done);
-        if (n_done != last) fprintf(stderr, "kernelgym score: %d/%d evaluated\n", n_done, n);
-        last = n_done;
-        if (have_fleet && kg_fleet_check(&fleet) == 0) {
-            st = dk_fail(DK_ERR_RUNTIME, "every worker of the fleet has exited");
-            break;
-        }
-    }
-    if (st != DK_OK) {
-        rc = fail(st, a.cmd);
-    } else {
-        if (n_done < n) fprintf(stderr, "kernelgym score: %d solution(s) not evaluated in time count as not fast\n", n - n_done);
-        for (int k = 0; k < n; k++) {
-            kg_result_free(&rep.items[idx[k]].result);
-            rep.items[idx[k]].result = res[k];
-            kg_result_init(&res[k]);
-        }
-        kg_score_compute(&rep);
-        kg_score_print(&rep, stdout);
-        fflush(stdout);
-        if (json_out) {
-            cJSON *j = kg_score_to_json(&rep, tasks, sols);
-            char *s = cJSON_Print(j);
-            st = dk_write_file(json_out, s, strlen(s));
-            free(s);
-            cJSON_Delete(j);
-            if (st != DK_OK) rc = fail(st, a.cmd);
-        }
-    }
-    for (int k = 0; k < n; k++) kg_result_free(&res[k]);
-    free(res);
-    kg_client_close(c);
-    if (have_fleet) kg_fleet_stop(&fleet, 30.0);
-    for (int k = 0; k < 2 * rep.n; k++) free(texts[k]);
-    free(texts);
-    free(jobs);
-    free(idx);
-    kg_score_free(&rep);
-    return rc;
+    if ((st = kg_score_run(&sc, &g_stop)) != DK_OK) return fail(st, a.cmd);
+    return 0;
 }
 
 int main(int argc, char **argv) {

@@ -12,17 +12,19 @@ void kg_reward_config_default(kg_reward_config *c, kg_reward_formula formula) {
     c->unprofiled_coverage = 1.0;
 }
 
-const char *kg_reward_formula_name(kg_reward_formula f) { return f == KG_REWARD_PUBLIC ? "public" : "profile"; }
+const char *const kg_reward_formula_names[KG_N_REWARD_FORMULAS] = {[KG_REWARD_PROFILE] = "profile",
+                                                                    [KG_REWARD_PUBLIC] = "public"};
+
+const char *kg_reward_formula_name(kg_reward_formula f) {
+    return kg_reward_formula_names[f == KG_REWARD_PUBLIC ? KG_REWARD_PUBLIC : KG_REWARD_PROFILE];
+}
 
 dk_status kg_reward_formula_parse(const char *s, kg_reward_formula *out) {
-    if (s && strcmp(s, "profile") == 0) {
-        *out = KG_REWARD_PROFILE;
-        return DK_OK;
-    }
-    if (s && strcmp(s, "public") == 0) {
-        *out = KG_REWARD_PUBLIC;
-        return DK_OK;
-    }
+    for (int i = 0; s && i < KG_N_REWARD_FORMULAS; i++)
+        if (strcmp(s, kg_reward_formula_names[i]) == 0) {
+            *out = (kg_reward_formula)i;
+            return DK_OK;
+        }
     return dk_fail(DK_ERR_USAGE, "unknown reward formula '%s' (expected profile or public)", s ? s : "(null)");
 }
 

@@ -28,6 +28,9 @@
 #include "env/result.h"
 
 typedef enum { KG_REWARD_PROFILE = 0, KG_REWARD_PUBLIC } kg_reward_formula;
+enum { KG_N_REWARD_FORMULAS = KG_REWARD_PUBLIC + 1 };
+/* The formulas' names ("profile", "public"), indexed by kg_reward_formula. */
+extern const char *const kg_reward_formula_names[KG_N_REWARD_FORMULAS];
 
 typedef struct {
     kg_reward_formula formula;

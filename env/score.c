@@ -2,68 +2,14 @@
 #define _GNU_SOURCE
 #include "env/score.h"
 
-#include <ctype.h>
-#include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
+#include "data/task_dir.h"
 
 const double kg_fast_p_thresholds[KG_FAST_P_COUNT] = {0.0, 0.5, 0.8, 1.0, 1.2, 1.5, 2.0};
-
-typedef struct {
-    char *name; /* file name */
-    long id;
-} entry;
-
-static long leading_id(const char *name) {
-    if (!isdigit((unsigned char)name[0])) return -1;
-    char *end;
-    long v = strtol(name, &end, 10);
-    return (*end == '_' || *end == '.' || *end == '-') ? v : -1;
-}
-
-static int ends_with_py(const char *s) {
-    size_t n = strlen(s);
-    return n > 3 && strcmp(s + n - 3, ".py") == 0;
-}
-
-static int entry_cmp(const void *a, const void *b) {
-    const entry *x = a, *y = b;
-    if (x->id != y->id) {
-        if (x->id < 0) return 1; /* named ones after numbered ones */
-        if (y->id < 0) return -1;
-        return x->id < y->id ? -1 : 1;
-    }
-    return strcmp(x->name, y->name);
-}
-
-static dk_status list_py(const char *dir, entry **out, int *n_out) {
-    *out = NULL;
-    *n_out = 0;
-    DIR *d = opendir(dir);
-    if (!d) return dk_fail(DK_ERR_RUNTIME, "%s: cannot open folder: %s", dir, strerror(errno));
-    int n = 0, cap = 64;
-    entry *e = dk_malloc(sizeof *e * (size_t)cap);
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' || de->d_name[0] == '_' || !ends_with_py(de->d_name)) continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        if (!dk_file_exists(path)) continue;
-        if (n == cap) e = dk_realloc(e, sizeof *e * (size_t)(cap *= 2));
-        e[n].name = dk_strdup(de->d_name);
-        e[n].id = leading_id(de->d_name);
-        n++;
-    }
-    closedir(d);
-    qsort(e, (size_t)n, sizeof *e, entry_cmp);
-    *out = e;
-    *n_out = n;
-    return DK_OK;
-}
 
 static char *join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
@@ -74,10 +20,10 @@ static char *join(const char *dir, const char *name) {
 
 dk_status kg_score_collect(const char *tasks_dir, const char *solutions_dir, kg_score_report *rep) {
     memset(rep, 0, sizeof *rep);
-    entry *tasks = NULL, *sols = NULL;
+    task_dir_entry *tasks = NULL, *sols = NULL;
     int nt = 0, ns = 0;
-    DK_TRY(list_py(tasks_dir, &tasks, &nt));
-    dk_status st = list_py(solutions_dir, &sols, &ns);
+    DK_TRY(task_dir_list(tasks_dir, TASK_DIR_FILES, &tasks, &nt));
+    dk_status st = task_dir_list(solutions_dir, TASK_DIR_FILES, &sols, &ns);
     if (st == DK_OK && nt == 0) st = dk_fail(DK_ERR_RUNTIME, "%s: no task files (*.py)", tasks_dir);
     if (st == DK_OK) {
         rep->n = nt;
@@ -89,12 +35,12 @@ dk_status kg_score_collect(const char *tasks_dir, const char *solutions_dir, kg_
             it->task_name = dk_malloc(len + 1);
             memcpy(it->task_name, tasks[i].name, len);
             it->task_name[len] = '\0';
-            it->id = tasks[i].id;
+            it->id = tasks[i].num;
             kg_result_init(&it->result);
             int exact = -1, by_id = -1, n_id = 0;
             for (int j = 0; j < ns; j++) {
                 if (strcmp(sols[j].name, tasks[i].name) == 0) exact = j;
-                if (it->id >= 0 && sols[j].id == it->id) {
+                if (it->id >= 0 && sols[j].num == it->id) {
                     if (by_id < 0) by_id = j;
                     n_id++;
                 }
@@ -110,10 +56,8 @@ dk_status kg_score_collect(const char *tasks_dir, const char *solutions_dir, kg_
             }
         }
     }
-    for (int i = 0; i < nt; i++) free(tasks[i].name);
-    for (int i = 0; i < ns; i++) free(sols[i].name);
-    free(tasks);
-    free(sols);
+    task_dir_free(tasks, nt);
+    task_dir_free(sols, ns);
     return st;
 }
 

@@ -1,7 +1,8 @@
 /* score.h: Fast@p over a folder of tasks and a folder of existing solutions
  * (`kernelgym score`). Tasks are the *.py files of the task folder
- * (KernelBench layout: level2/<id>_<Name>.py; files starting with '_' are
- * skipped). A solution is the file of the same name in the solutions folder,
+ * (KernelBench layout: level2/<id>_<Name>.py), listed and numbered as
+ * data/task_dir.h lists a folder, the same listing the trainer's task set
+ * uses. A solution is the file of the same name in the solutions folder,
  * else the one whose leading number equals the task's id ("19.py",
  * "19_mine.py"). Every task counts, so a missing or failing solution is
  * simply not fast:

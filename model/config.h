@@ -10,6 +10,10 @@
 #include "common/error.h"
 
 typedef enum { DK_ARCH_QWEN3 = 0, DK_ARCH_QWEN2 = 1, DK_ARCH_LLAMA = 2 } dk_arch;
+enum { DK_N_ARCH = DK_ARCH_LLAMA + 1 };
+/* The families' names (config.json's model_type), indexed by dk_arch: read by
+ * model_arch_name, model_arch_parse and the run config's model.arch key. */
+extern const char *const model_arch_names[DK_N_ARCH];
 
 typedef struct model_config {
     dk_arch arch;

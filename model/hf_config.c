@@ -16,14 +16,16 @@
 #include "common/util.h"
 #include "model/config.h"
 
-static const char *const arch_names[] = {"qwen3", "qwen2", "llama"};
-static const char *const arch_classes[] = {"Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"};
+const char *const model_arch_names[DK_N_ARCH] = {[DK_ARCH_QWEN3] = "qwen3", [DK_ARCH_QWEN2] = "qwen2",
+                                                [DK_ARCH_LLAMA] = "llama"};
+static const char *const arch_classes[DK_N_ARCH] = {
+    [DK_ARCH_QWEN3] = "Qwen3ForCausalLM", [DK_ARCH_QWEN2] = "Qwen2ForCausalLM", [DK_ARCH_LLAMA] = "LlamaForCausalLM"};
 
-const char *model_arch_name(dk_arch a) { return (unsigned)a < 3 ? arch_names[a] : "unknown"; }
+const char *model_arch_name(dk_arch a) { return (unsigned)a < DK_N_ARCH ? model_arch_names[a] : "unknown"; }
 
 dk_status model_arch_parse(const char *s, dk_arch *out) {
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(s, arch_names[i])) {
+    for (int i = 0; i < DK_N_ARCH; i++)
+        if (!strcmp(s, model_arch_names[i])) {
             *out = (dk_arch)i;
             return DK_OK;
         }
@@ -298,7 +300,7 @@ dk_status model_config_to_hf(const model_config *c, const char *path, const char
     cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
     cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position);
     if (c->arch == DK_ARCH_LLAMA) cJSON_AddBoolToObject(o, "mlp_bias", 0);
-    cJSON_AddStringToObject(o, "model_type", arch_names[c->arch]);
+    cJSON_AddStringToObject(o, "model_type", model_arch_names[c->arch]);
     cJSON_AddNumberToObject(o, "num_attention_heads", c->n_heads);
     cJSON_AddNumberToObject(o, "num_hidden_layers", c->n_layers);
     cJSON_AddNumberToObject(o, "num_key_value_heads", c->n_kv_heads);

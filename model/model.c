@@ -102,6 +102,10 @@ static void acts_free(model *m, model_layer_acts *a) {
     memset(a, 0, sizeof *a);
 }
 
+const char *const model_recompute_names[MODEL_N_RECOMPUTE] = {
+    [MODEL_RECOMPUTE_NONE] = "none", [MODEL_RECOMPUTE_LAYER] = "layer",
+    [MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION] = "layer_keep_attention"};
+
 dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, model_recompute recompute) {
     memset(m, 0, sizeof *m);
     DK_TRY(model_config_validate(cfg));

@@ -71,6 +71,10 @@ typedef enum {
      * 1.7B-shaped model at 16k tokens. */
     MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION = 2,
 } model_recompute;
+enum { MODEL_N_RECOMPUTE = MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION + 1 };
+/* The modes' names ("none", "layer", "layer_keep_attention"), indexed by
+ * model_recompute: the run config's train.recompute values. */
+extern const char *const model_recompute_names[MODEL_N_RECOMPUTE];
 
 typedef struct model {
     model_config cfg;

@@ -16,15 +16,16 @@ void adv_config_default(adv_config *c) {
     c->grpo_eps = 1e-6;
 }
 
-static const char *const names[] = {"trloo", "grpo", "rloo"};
+const char *const adv_estimator_names[ADV_N_ESTIMATORS] = {
+    [ADV_TRLOO] = "trloo", [ADV_GRPO] = "grpo", [ADV_RLOO] = "rloo"};
 
 const char *adv_estimator_name(adv_estimator e) {
-    return (unsigned)e < 3 ? names[e] : "?";
+    return (unsigned)e < ADV_N_ESTIMATORS ? adv_estimator_names[e] : "?";
 }
 
 dk_status adv_estimator_parse(const char *s, adv_estimator *out) {
-    for (int i = 0; i < 3; i++)
-        if (strcmp(s, names[i]) == 0) {
+    for (int i = 0; i < ADV_N_ESTIMATORS; i++)
+        if (strcmp(s, adv_estimator_names[i]) == 0) {
             *out = (adv_estimator)i;
             return DK_OK;
         }

@@ -31,8 +31,12 @@
 
 #include "common/error.h"
 
-/* Same order as the config's rl.advantage values (trloo|grpo|rloo). */
 typedef enum { ADV_TRLOO = 0, ADV_GRPO = 1, ADV_RLOO = 2 } adv_estimator;
+enum { ADV_N_ESTIMATORS = ADV_RLOO + 1 };
+/* The estimators' names, indexed by adv_estimator: the one table that
+ * adv_estimator_name, adv_estimator_parse and the run config's rl.advantage
+ * key read. */
+extern const char *const adv_estimator_names[ADV_N_ESTIMATORS];
 
 typedef struct {
     adv_estimator estimator;

@@ -13,20 +13,22 @@
 void ppo_config_default(ppo_config *c) {
     memset(c, 0, sizeof *c);
     c->clip_low = 0.2;
-    c->clip_high = 0.28;
-    c->dual_clip = 3.0;
+    c->clip_high = 0.2;
+    c->dual_clip = 0.0;
     c->agg = PPO_AGG_SEQ_MEAN_TOKEN_SUM;
 }
 
-static const char *const agg_names[] = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean"};
+const char *const ppo_agg_names[PPO_N_AGG] = {[PPO_AGG_TOKEN_MEAN] = "token-mean",
+                                               [PPO_AGG_SEQ_MEAN_TOKEN_SUM] = "seq-mean-token-sum",
+                                               [PPO_AGG_SEQ_MEAN_TOKEN_MEAN] = "seq-mean-token-mean"};
 
 const char *ppo_agg_name(ppo_agg a) {
-    return (unsigned)a < 3 ? agg_names[a] : "?";
+    return (unsigned)a < PPO_N_AGG ? ppo_agg_names[a] : "?";
 }
 
 dk_status ppo_agg_parse(const char *s, ppo_agg *out) {
-    for (int i = 0; i < 3; i++)
-        if (strcmp(s, agg_names[i]) == 0) {
+    for (int i = 0; i < PPO_N_AGG; i++)
+        if (strcmp(s, ppo_agg_names[i]) == 0) {
             *out = (ppo_agg)i;
             return DK_OK;
         }

@@ -40,13 +40,16 @@
 
 #include "common/error.h"
 
-/* Same order as the config's rl.loss_agg values. */
 typedef enum { PPO_AGG_TOKEN_MEAN = 0, PPO_AGG_SEQ_MEAN_TOKEN_SUM = 1, PPO_AGG_SEQ_MEAN_TOKEN_MEAN = 2 } ppo_agg;
+enum { PPO_N_AGG = PPO_AGG_SEQ_MEAN_TOKEN_MEAN + 1 };
+/* The aggregations' names, indexed by ppo_agg: the one table that
+ * ppo_agg_name, ppo_agg_parse and the run config's rl.loss_agg key read. */
+extern const char *const ppo_agg_names[PPO_N_AGG];
 
 typedef struct {
     double clip_low;     /* 0.2 */
-    double clip_high;    /* 0.28 */
-    double dual_clip;    /* 3 (0: off; else > 1) */
+    double clip_high;    /* 0.2 (the public 14B script: 0.28) */
+    double dual_clip;    /* 0: off (the public 14B script: 3); else > 1 */
     ppo_agg agg;         /* seq-mean-token-sum */
     double kl_coef;      /* 0: no reference policy needed */
     double entropy_coef; /* 0: no entropies needed */

@@ -6,21 +6,21 @@
 #include <string.h>
 
 void prs_config_default(prs_config *c) {
-    c->mode = PRS_SOFT;
+    c->mode = PRS_HARD;
     c->threshold = 0.3;
     c->width = 0.1;
     c->seed = 0;
 }
 
-static const char *const names[] = {"off", "hard", "soft"};
+const char *const prs_mode_names[PRS_N_MODES] = {[PRS_OFF] = "off", [PRS_HARD] = "hard", [PRS_SOFT] = "soft"};
 
 const char *prs_mode_name(prs_mode m) {
-    return (unsigned)m < 3 ? names[m] : "?";
+    return (unsigned)m < PRS_N_MODES ? prs_mode_names[m] : "?";
 }
 
 dk_status prs_mode_parse(const char *s, prs_mode *out) {
-    for (int i = 0; i < 3; i++)
-        if (strcmp(s, names[i]) == 0) {
+    for (int i = 0; i < PRS_N_MODES; i++)
+        if (strcmp(s, prs_mode_names[i]) == 0) {
             *out = (prs_mode)i;
             return DK_OK;
         }

@@ -3,11 +3,12 @@
  * coverage: the "lazy optimisation" of docs/DESIGN.md §9) would otherwise be
  * reinforced as a success, so such turns are taken out of training:
  *
- *   hard  drop a correct turn whose coverage < threshold (0.3, the seed
- *         recipe); coverage == threshold is kept.
+ *   hard  drop a correct turn whose coverage < threshold (0.3, the recipe
+ *         write-up; the default); coverage == threshold is kept.
  *   soft  keep a correct turn with probability
  *         clip((coverage - threshold) / width, 0, 1), width 0.1 (the public
- *         recipe): always dropped at or below 0.3, always kept from 0.4 on.
+ *         14B training script): always dropped at or below 0.3, always kept
+ *         from 0.4 on.
  *   off   keep everything.
  *
  * What is dropped is exactly one turn of one sample: its valid flag goes to
@@ -29,8 +30,11 @@
 
 #include "common/error.h"
 
-/* Same order as the config's rl.prs values (off|hard|soft). */
 typedef enum { PRS_OFF = 0, PRS_HARD = 1, PRS_SOFT = 2 } prs_mode;
+enum { PRS_N_MODES = PRS_SOFT + 1 };
+/* The modes' names, indexed by prs_mode: the one table that prs_mode_name,
+ * prs_mode_parse and the run config's rl.prs key read. */
+extern const char *const prs_mode_names[PRS_N_MODES];
 
 typedef struct {
     prs_mode mode;
@@ -45,7 +49,7 @@ typedef struct {
     int n_unprofiled; /* of those, kept because coverage was NaN */
 } prs_stats;
 
-void prs_config_default(prs_config *c); /* soft, 0.3, 0.1, seed 0 */
+void prs_config_default(prs_config *c); /* hard, 0.3, 0.1, seed 0 */
 const char *prs_mode_name(prs_mode m);
 dk_status prs_mode_parse(const char *s, prs_mode *out);
 /* Rejects a threshold outside [0, 1] and a soft width <= 0. */

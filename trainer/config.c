@@ -41,42 +41,24 @@ static int key_index(const char *section, const char *key) {
     return -1;
 }
 
-/* Index of s among the '|'-separated values, or -1. */
-static int enum_index(const char *values, const char *s) {
-    size_t n = strlen(s);
-    int i = 0;
-    for (const char *p = values;; i++) {
-        const char *bar = strchr(p, '|');
-        size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == n && !strncmp(p, s, n)) return i;
-        if (!bar) return -1;
-        p = bar + 1;
-    }
+/* Index of s among the key's value names, or -1. */
+static int enum_index(const config_key *k, const char *s) {
+    for (int i = 0; i < k->n_names; i++)
+        if (!strcmp(k->names[i], s)) return i;
+    return -1;
 }
 
-/* The idx-th value, copied into buf ("?" when out of range). */
-static const char *enum_name(const char *values, int idx, char *buf, size_t n) {
-    const char *p = values;
-    for (int i = 0; i < idx && p; i++) {
-        p = strchr(p, '|');
-        if (p) p++;
-    }
-    size_t len = p ? strcspn(p, "|") : 0;
-    if (!p || len >= n) return "?";
-    memcpy(buf, p, len);
-    buf[len] = '\0';
-    return buf;
+/* The name of value idx ("?" when out of range). */
+static const char *enum_name(const config_key *k, int idx) {
+    return idx >= 0 && idx < k->n_names ? k->names[idx] : "?";
 }
 
-/* "a|b|c" -> "a, b, c" (with `quote` around each value). */
-static void enum_list(const char *values, const char *quote, char *buf, size_t n) {
+/* The key's values as "a, b, c" (with `quote` around each). */
+static void enum_list(const config_key *k, const char *quote, char *buf, size_t n) {
     size_t w = 0;
     buf[0] = '\0';
-    for (const char *p = values; *p && w < n;) {
-        size_t len = strcspn(p, "|");
-        w += (size_t)snprintf(buf + w, n - w, "%s%s%.*s%s", w ? ", " : "", quote, (int)len, p, quote);
-        p += len + (p[len] == '|');
-    }
+    for (int i = 0; i < k->n_names && w < n; i++)
+        w += (size_t)snprintf(buf + w, n - w, "%s%s%s%s", i ? ", " : "", quote, k->names[i], quote);
 }
 
 static const char *range_text(config_range r) {
@@ -167,10 +149,10 @@ static bool value_parse(dk_config *cfg, const config_key *k, const char *text, c
         return true;
     }
     case CK_ENUM: {
-        int i = enum_index(k->values, text);
+        int i = enum_index(k, text);
         if (i < 0) {
             char list[200];
-            enum_list(k->values, "", list, sizeof list);
+            enum_list(k, "", list, sizeof list);
             snprintf(why, n, "expected one of %s", list);
             return false;
         }
@@ -201,7 +183,7 @@ static const char *value_format(const dk_config *cfg, const config_key *k, char 
     case CK_INT: snprintf(buf, n, "%d", *(const int *)p); break;
     case CK_FLOAT: format_double(*(const double *)p, buf, n); break;
     case CK_BOOL: snprintf(buf, n, "%s", *(const bool *)p ? "true" : "false"); break;
-    case CK_ENUM: return enum_name(k->values, *(const int *)p, buf, n);
+    case CK_ENUM: return enum_name(k, *(const int *)p);
     case CK_STRING: {
         const char *s = p;
         size_t len = strlen(s);
@@ -692,6 +674,38 @@ static void md_cell(FILE *f, const char *s) {
     }
 }
 
+static const char *const source_names[] = {[CS_OURS] = "", [CS_BRIEF] = "brief", [CS_WRITEUP] = "write-up",
+                                            [CS_SCRIPT] = "script"};
+
+/* The section on where the recipe's defaults come from, and the public
+ * script's values where they differ. */
+static void describe_sources(FILE *f) {
+    fprintf(f,
+            "\n## Where the recipe's defaults come from\n"
+            "\n"
+            "Defaults marked in the tables above follow the Dr. Kernel recipe; the mark says which\n"
+            "source each one follows:\n"
+            "\n"
+            "- **brief**: the product brief, which asks for PPO clipping at 0.2 on both sides (no dual clip).\n"
+            "- **write-up**: the recipe write-up (TRLOO with gamma 1 over 3 turns, the profiling reward\n"
+            "  with alpha 0.7, a cosine schedule, and hard PRS that drops correct turns whose kernel\n"
+            "  coverage is under 0.3).\n"
+            "- **script**: the public training script of the 14B model.\n"
+            "\n"
+            "The other defaults are this project's own choices.\n"
+            "\n"
+            "The public script differs from these defaults on the keys below. `configs/drkernel14b.ini`\n"
+            "and `configs/drkernel8b.ini` carry its values as a commented block: uncomment it to\n"
+            "reproduce the public training run of the 14B model; keep the defaults to train as the\n"
+            "product brief and the write-up describe.\n"
+            "\n"
+            "| key | default | public script |\n| --- | --- | --- |\n");
+    for (int i = 0; i < config_n_keys; i++) {
+        const config_key *k = &config_keys[i];
+        if (k->script) fprintf(f, "| `%s.%s` | `%s` | `%s` |\n", k->section, k->key, k->def, k->script);
+    }
+}
+
 void config_describe(FILE *f) {
     fprintf(f,
             "# Run configuration\n"
@@ -726,16 +740,18 @@ void config_describe(FILE *f) {
             if (strcmp(k->section, sec)) continue;
             char type[256];
             static const char *const names[] = {"int", "float", "bool", "string", ""};
-            if (k->type == CK_ENUM) enum_list(k->values, "`", type, sizeof type);
+            if (k->type == CK_ENUM) enum_list(k, "`", type, sizeof type);
             else if (k->range != CR_ANY) snprintf(type, sizeof type, "%s, %s", names[k->type], range_text(k->range));
             else snprintf(type, sizeof type, "%s", names[k->type]);
             fprintf(f, "| `%s` | ", k->key);
             md_cell(f, type);
             if (k->flags & CF_ARCH_DEFAULT) fprintf(f, " | by `arch` | ");
             else if (!k->def[0]) fprintf(f, " | (empty) | ");
+            else if (k->source != CS_OURS) fprintf(f, " | `%s` (%s) | ", k->def, source_names[k->source]);
             else fprintf(f, " | `%s` | ", k->def);
             md_cell(f, k->doc);
             fprintf(f, " |\n");
         }
     }
+    describe_sources(f);
 }

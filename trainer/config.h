@@ -4,8 +4,12 @@
  * parsing, validation, printing, saving and the Markdown reference in
  * configs/README.md, so the code, the snapshot and the docs cannot disagree.
  *
- * Field names equal key names: `[train] lr` is cfg.train.lr. Enum keys are
- * stored as C enums whose values follow the order of the allowed values. */
+ * Field names equal key names: `[train] lr` is cfg.train.lr. An enum key is
+ * stored as the enum of the layer that uses it (rl.advantage is rl/'s
+ * adv_estimator, train.recompute is model/'s model_recompute), and its values
+ * are that layer's name table, so no value is spelled or numbered twice
+ * (kernelgym.device is env/'s kg_device). The
+ * enums below are the trainer's own. */
 #ifndef DK_TRAINER_CONFIG_H
 #define DK_TRAINER_CONFIG_H
 
@@ -13,20 +17,29 @@
 #include <stdio.h>
 
 #include "common/error.h"
+#include "env/evaluator.h"
 #include "kernels/ops.h"
 #include "model/config.h"
+#include "model/model.h"
+#include "rl/advantage.h"
+#include "rl/ppo.h"
+#include "rl/prs.h"
 #include "trainer/lr_schedule.h"
 
 #define DK_CONFIG_STR 1024 /* capacity of a string value, NUL included */
 
 typedef enum { DK_MODE_SFT = 0, DK_MODE_RL = 1, DK_MODE_EVAL = 2 } dk_run_mode;
-typedef enum { DK_RECOMPUTE_NONE = 0, DK_RECOMPUTE_LAYER = 1, DK_RECOMPUTE_LAYER_KEEP_ATTENTION = 2 } dk_recompute;
-typedef enum { DK_ADV_TRLOO = 0, DK_ADV_GRPO = 1, DK_ADV_RLOO = 2 } dk_advantage;
-typedef enum { DK_AGG_TOKEN_MEAN = 0, DK_AGG_SEQ_MEAN_TOKEN_SUM = 1, DK_AGG_SEQ_MEAN_TOKEN_MEAN = 2 } dk_loss_agg;
-typedef enum { DK_PRS_OFF = 0, DK_PRS_HARD = 1, DK_PRS_SOFT = 2 } dk_prs;
 typedef enum { DK_ENV_KERNELGYM = 0, DK_ENV_TOY = 1 } dk_env_kind;
-typedef enum { DK_KG_AUTO = 0, DK_KG_CPU = 1, DK_KG_CUDA = 2 } dk_kg_device;
 typedef enum { DK_COMM_AUTO = 0, DK_COMM_NCCL = 1, DK_COMM_MPI = 2 } dk_comm_backend;
+
+/* Value names of the trainer's enum keys, indexed by the enum. */
+extern const char *const config_run_mode_names[DK_MODE_EVAL + 1];
+extern const char *const config_env_kind_names[DK_ENV_TOY + 1];
+extern const char *const config_comm_backend_names[DK_COMM_MPI + 1];
+/* run.device's values: the names kernels/ops.c gives dk_device
+ * (ops_device_name), which has no table of its own; test_config checks that
+ * the two agree. */
+extern const char *const config_device_names[DK_DEVICE_CUDA + 1];
 
 typedef struct dk_config {
     struct {
@@ -61,15 +74,15 @@ typedef struct dk_config {
         int batch_size, grad_accum;
         int micro_batch_tokens;
         double weight_decay, beta1, beta2, eps, grad_clip;
-        dk_recompute recompute;
+        model_recompute recompute;
     } train;
     struct {
         int n_samples, max_turns;
         double gamma;
-        dk_advantage advantage;
+        adv_estimator advantage;
         double clip_low, clip_high, dual_clip;
-        dk_loss_agg loss_agg;
-        dk_prs prs;
+        ppo_agg loss_agg;
+        prs_mode prs;
         double prs_threshold, hack_penalty;
         double temperature, top_p;
         int top_k, max_new_tokens;
@@ -85,7 +98,7 @@ typedef struct dk_config {
     struct {
         char redis[DK_CONFIG_STR];
         double timeout_s;
-        dk_kg_device device;
+        kg_device device;
         int workers;
     } kernelgym;
     struct {

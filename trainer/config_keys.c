@@ -1,7 +1,8 @@
 /* config_keys.c: every run-config key, its type, default, range and one-line
- * doc. This table is the single source of truth: config.c parses, checks,
- * prints, saves and documents (configs/README.md) by walking it. To add a key,
- * add a field to dk_config (trainer/config.h) and a row here; then regenerate
+ * doc, and for the defaults the recipe sets, the source they follow. This
+ * table is the single source of truth: config.c parses, checks, prints, saves
+ * and documents (configs/README.md) by walking it. To add a key, add a field
+ * to dk_config (trainer/config.h) and a row here; then regenerate
  * configs/README.md (`build/tests/unit_test_config_readme --write`). */
 #include "trainer/config_keys.h"
 
@@ -9,29 +10,40 @@
 
 /* The macros check the field's C type at compile time: _Generic with a single
  * association fails to compile when a row's macro does not match its field.
- * Enum fields are compatible with unsigned int under gcc and clang. */
+ * An enum row names the field's enum type, which two different enum types do
+ * not match, and the name table of that enum, whose length it takes. */
 #define FIELD(sec, f) (((dk_config *)0)->sec.f)
 #define OFF(sec, f) offsetof(dk_config, sec.f)
-#define K_INT(sec, f, def, rng, doc) \
-    {#sec, #f, CK_INT, _Generic(FIELD(sec, f), int: OFF(sec, f)), def, NULL, rng, 0, doc}
-#define K_FLOAT(sec, f, def, rng, doc) \
-    {#sec, #f, CK_FLOAT, _Generic(FIELD(sec, f), double: OFF(sec, f)), def, NULL, rng, 0, doc}
+#define K_INT_FROM(sec, f, def, rng, src, script, doc) \
+    {#sec, #f, CK_INT, _Generic(FIELD(sec, f), int: OFF(sec, f)), def, NULL, 0, rng, 0, doc, src, script}
+#define K_FLOAT_FROM(sec, f, def, rng, src, script, doc) \
+    {#sec, #f, CK_FLOAT, _Generic(FIELD(sec, f), double: OFF(sec, f)), def, NULL, 0, rng, 0, doc, src, script}
+#define K_ENUM_FROM(sec, f, type, names, def, src, script, doc)                                          \
+    {#sec, #f, CK_ENUM, _Generic(FIELD(sec, f), type: OFF(sec, f)), def, names,                            \
+     (int)(sizeof names / sizeof *names), CR_ANY, 0, doc, src, script}
+#define K_INT(sec, f, def, rng, doc) K_INT_FROM(sec, f, def, rng, CS_OURS, NULL, doc)
+#define K_FLOAT(sec, f, def, rng, doc) K_FLOAT_FROM(sec, f, def, rng, CS_OURS, NULL, doc)
+#define K_ENUM(sec, f, type, names, def, doc) K_ENUM_FROM(sec, f, type, names, def, CS_OURS, NULL, doc)
 #define K_BOOL(sec, f, def, flags, doc) \
-    {#sec, #f, CK_BOOL, _Generic(FIELD(sec, f), bool: OFF(sec, f)), def, NULL, CR_ANY, flags, doc}
+    {#sec, #f, CK_BOOL, _Generic(FIELD(sec, f), bool: OFF(sec, f)), def, NULL, 0, CR_ANY, flags, doc, CS_OURS, NULL}
 #define K_STRING(sec, f, def, doc) \
-    {#sec, #f, CK_STRING, _Generic(FIELD(sec, f), char *: OFF(sec, f)), def, NULL, CR_ANY, 0, doc}
-#define K_ENUM(sec, f, def, values, doc) \
-    {#sec, #f, CK_ENUM, _Generic(FIELD(sec, f), unsigned int: OFF(sec, f)), def, values, CR_ANY, 0, doc}
+    {#sec, #f, CK_STRING, _Generic(FIELD(sec, f), char *: OFF(sec, f)), def, NULL, 0, CR_ANY, 0, doc, CS_OURS, NULL}
 
-/* Enum keys list their values in the order of the C enum they fill. */
-_Static_assert(DK_DEVICE_CPU == 0 && DK_DEVICE_CUDA == 1, "run.device values follow dk_device");
-_Static_assert(DK_ARCH_QWEN3 == 0 && DK_ARCH_QWEN2 == 1 && DK_ARCH_LLAMA == 2, "model.arch values follow dk_arch");
-_Static_assert(LR_COSINE == 0 && LR_LINEAR == 1 && LR_CONSTANT == 2, "train.schedule values follow lr_kind");
-_Static_assert(DK_RECOMPUTE_NONE == 0 && DK_RECOMPUTE_LAYER == 1 && DK_RECOMPUTE_LAYER_KEEP_ATTENTION == 2,
-               "train.recompute values follow dk_recompute");
+/* config.c reads and writes an enum field as an int. */
 _Static_assert(sizeof(dk_run_mode) == sizeof(int) && sizeof(dk_device) == sizeof(int) &&
-                   sizeof(dk_arch) == sizeof(int) && sizeof(lr_kind) == sizeof(int),
+                   sizeof(dk_arch) == sizeof(int) && sizeof(lr_kind) == sizeof(int) &&
+                   sizeof(model_recompute) == sizeof(int) && sizeof(adv_estimator) == sizeof(int) &&
+                   sizeof(ppo_agg) == sizeof(int) && sizeof(prs_mode) == sizeof(int) &&
+                   sizeof(dk_env_kind) == sizeof(int) && sizeof(kg_device) == sizeof(int) &&
+                   sizeof(dk_comm_backend) == sizeof(int),
                "enum keys are stored as int");
+
+const char *const config_run_mode_names[DK_MODE_EVAL + 1] = {
+    [DK_MODE_SFT] = "sft", [DK_MODE_RL] = "rl", [DK_MODE_EVAL] = "eval"};
+const char *const config_env_kind_names[DK_ENV_TOY + 1] = {[DK_ENV_KERNELGYM] = "kernelgym", [DK_ENV_TOY] = "toy"};
+const char *const config_comm_backend_names[DK_COMM_MPI + 1] = {
+    [DK_COMM_AUTO] = "auto", [DK_COMM_NCCL] = "nccl", [DK_COMM_MPI] = "mpi"};
+const char *const config_device_names[DK_DEVICE_CUDA + 1] = {[DK_DEVICE_CPU] = "cpu", [DK_DEVICE_CUDA] = "cuda"};
 
 const config_section config_sections[] = {
     {"run", "what to run and where its outputs go"},
@@ -47,13 +59,14 @@ const config_section config_sections[] = {
 const int config_n_sections = sizeof config_sections / sizeof config_sections[0];
 
 const config_key config_keys[] = {
-    K_ENUM(run, mode, "rl", "sft|rl|eval",
+    K_ENUM(run, mode, dk_run_mode, config_run_mode_names, "rl",
            "sft: supervised cold start on data.train; rl: multi-turn RL on data.tasks; "
            "eval: Fast@p of the model on data.tasks"),
     K_STRING(run, dir, "",
              "run directory: `config.ini` snapshot, `metrics.jsonl`, logs, `ckpt/`; "
              "empty: `runs/<config file name>` without the extension"),
-    K_ENUM(run, device, "cpu", "cpu|cuda", "compute backend: cpu (fp32 reference) or cuda (bf16, one GPU per rank)"),
+    K_ENUM(run, device, dk_device, config_device_names, "cpu",
+           "compute backend: cpu (fp32 reference) or cuda (bf16, one GPU per rank)"),
     K_INT(run, seed, "1", CR_NONNEG, "seed of every random stream (init, data order, sampling)"),
     K_INT(run, steps, "100", CR_POS, "optimizer steps to run (rl: RL steps; eval: ignored)"),
     K_INT(run, log_every, "1", CR_POS, "print a progress line every this many steps (metrics.jsonl gets every step)"),
@@ -61,7 +74,7 @@ const config_key config_keys[] = {
     K_STRING(model, path, "",
              "Hugging Face checkpoint directory (`config.json`, `*.safetensors`); "
              "its `config.json` then defines the model"),
-    K_ENUM(model, arch, "qwen3", "qwen3|qwen2|llama", "architecture family (qwen2 covers Qwen2.5)"),
+    K_ENUM(model, arch, dk_arch, model_arch_names, "qwen3", "architecture family (qwen2 covers Qwen2.5)"),
     K_INT(model, vocab_size, "0", CR_NONNEG, "vocabulary size (required when path is empty)"),
     K_INT(model, hidden_size, "0", CR_NONNEG, "model width (required when path is empty)"),
     K_INT(model, intermediate_size, "0", CR_NONNEG, "SwiGLU MLP width (required when path is empty)"),
@@ -92,7 +105,8 @@ const config_key config_keys[] = {
     K_FLOAT(train, lr, "1e-05", CR_POS, "peak learning rate, reached after warmup"),
     K_FLOAT(train, min_lr, "0", CR_NONNEG, "final learning rate of the cosine and linear schedules (at most lr)"),
     K_INT(train, warmup_steps, "0", CR_NONNEG, "linear warmup from 0 to lr over this many steps"),
-    K_ENUM(train, schedule, "cosine", "cosine|linear|constant", "learning-rate decay after warmup, from lr to min_lr"),
+    K_ENUM_FROM(train, schedule, lr_kind, lr_kind_names, "cosine", CS_WRITEUP, NULL,
+                "learning-rate decay after warmup, from lr to min_lr"),
     K_INT(train, batch_size, "8", CR_POS, "sequences per optimizer step, over all ranks"),
     K_INT(train, grad_accum, "1", CR_POS, "micro-batches per optimizer step; must divide batch_size"),
     K_INT(train, micro_batch_tokens, "0", CR_NONNEG,
@@ -102,36 +116,39 @@ const config_key config_keys[] = {
     K_FLOAT(train, beta1, "0.9", CR_UNIT_LT1, "AdamW first-moment decay"),
     K_FLOAT(train, beta2, "0.999", CR_UNIT_LT1, "AdamW second-moment decay"),
     K_FLOAT(train, eps, "1e-08", CR_POS, "AdamW epsilon"),
-    K_FLOAT(train, grad_clip, "1", CR_NONNEG, "clip the global gradient norm to this (0: no clipping)"),
-    K_ENUM(train, recompute, "none", "none|layer|layer_keep_attention",
+    K_FLOAT_FROM(train, grad_clip, "1", CR_NONNEG, CS_SCRIPT, NULL,
+                 "clip the global gradient norm to this (0: no clipping)"),
+    K_ENUM(train, recompute, model_recompute, model_recompute_names, "none",
            "layer: keep only each layer's input and recompute the rest in backward (long sequences); "
            "layer_keep_attention: also keep each layer's attention output, so the backward does not run the "
            "attention again (faster, one [tokens, heads x head_dim] buffer more per layer)"),
 
-    K_INT(rl, n_samples, "16", CR_POS, "rollouts per task (the group of the advantage baseline)"),
-    K_INT(rl, max_turns, "3", CR_POS, "model turns per rollout; KernelGym's feedback follows each one"),
-    K_FLOAT(rl, gamma, "1", CR_UNIT, "discount of later turns' rewards in the return"),
-    K_ENUM(rl, advantage, "trloo", "trloo|grpo|rloo",
-           "trloo: turn-level leave-one-out over the (task, turn) group; grpo, rloo for comparison"),
-    K_FLOAT(rl, clip_low, "0.2", CR_UNIT, "PPO clip below: ratio >= 1 - clip_low"),
-    K_FLOAT(rl, clip_high, "0.28", CR_NONNEG, "PPO clip above: ratio <= 1 + clip_high"),
-    K_FLOAT(rl, dual_clip, "3", CR_NONNEG, "dual clip for negative advantages, > 1 (0: off)"),
-    K_ENUM(rl, loss_agg, "seq-mean-token-sum", "token-mean|seq-mean-token-sum|seq-mean-token-mean",
-           "how token losses become the batch loss"),
-    K_ENUM(rl, prs, "soft", "off|hard|soft",
-           "profiling-based rejection sampling of correct turns by kernel coverage (hard: drop below the "
-           "threshold; soft: keep with probability clip((coverage - threshold) / 0.1, 0, 1))"),
-    K_FLOAT(rl, prs_threshold, "0.3", CR_UNIT, "coverage threshold of prs"),
+    K_INT_FROM(rl, n_samples, "16", CR_POS, CS_SCRIPT, NULL, "rollouts per task (the group of the advantage baseline)"),
+    K_INT_FROM(rl, max_turns, "3", CR_POS, CS_WRITEUP, NULL,
+               "model turns per rollout; KernelGym's feedback follows each one"),
+    K_FLOAT_FROM(rl, gamma, "1", CR_UNIT, CS_WRITEUP, NULL, "discount of later turns' rewards in the return"),
+    K_ENUM_FROM(rl, advantage, adv_estimator, adv_estimator_names, "trloo", CS_WRITEUP, NULL,
+                "trloo: turn-level leave-one-out over the (task, turn) group; grpo, rloo for comparison"),
+    K_FLOAT_FROM(rl, clip_low, "0.2", CR_UNIT, CS_BRIEF, NULL, "PPO clip below: ratio >= 1 - clip_low"),
+    K_FLOAT_FROM(rl, clip_high, "0.2", CR_NONNEG, CS_BRIEF, "0.28", "PPO clip above: ratio <= 1 + clip_high"),
+    K_FLOAT_FROM(rl, dual_clip, "0", CR_NONNEG, CS_BRIEF, "3",
+                 "dual clip for negative advantages, > 1 (0: off)"),
+    K_ENUM_FROM(rl, loss_agg, ppo_agg, ppo_agg_names, "seq-mean-token-sum", CS_SCRIPT, NULL,
+                "how token losses become the batch loss"),
+    K_ENUM_FROM(rl, prs, prs_mode, prs_mode_names, "hard", CS_WRITEUP, "soft",
+                "profiling-based rejection sampling of correct turns by kernel coverage (hard: drop below the "
+                "threshold; soft: keep with probability clip((coverage - threshold) / 0.1, 0, 1))"),
+    K_FLOAT_FROM(rl, prs_threshold, "0.3", CR_UNIT, CS_WRITEUP, NULL, "coverage threshold of prs"),
     K_FLOAT(rl, hack_penalty, "0", CR_NONPOS,
             "reward of a turn flagged as reward hacking (0: as a failure; negative punishes)"),
-    K_FLOAT(rl, temperature, "1", CR_NONNEG, "sampling temperature (0: greedy)"),
+    K_FLOAT_FROM(rl, temperature, "1", CR_NONNEG, CS_SCRIPT, NULL, "sampling temperature (0: greedy)"),
     K_FLOAT(rl, top_p, "1", CR_PROB, "nucleus sampling: keep the smallest token set with this much probability"),
     K_INT(rl, top_k, "0", CR_NONNEG, "sample among the k most likely tokens (0: all)"),
-    K_INT(rl, max_new_tokens, "8192", CR_POS, "token budget of one model turn"),
-    K_FLOAT(rl, reward_alpha, "0.7", CR_UNIT,
-            "reward = correct * (alpha * min(speedup, speedup_cap) + (1 - alpha) * coverage)"),
+    K_INT_FROM(rl, max_new_tokens, "8192", CR_POS, CS_SCRIPT, NULL, "token budget of one model turn"),
+    K_FLOAT_FROM(rl, reward_alpha, "0.7", CR_UNIT, CS_WRITEUP, NULL,
+                 "reward = correct * (alpha * min(speedup, speedup_cap) + (1 - alpha) * coverage)"),
     K_FLOAT(rl, speedup_cap, "10", CR_POS, "speedups above this earn no more reward"),
-    K_ENUM(rl, env, "kernelgym", "kernelgym|toy",
+    K_ENUM(rl, env, dk_env_kind, config_env_kind_names, "kernelgym",
            "what scores a turn: kernelgym (evaluate the last python block) or toy (a verifiable digit-pattern "
            "reward that checks learning without a judge)"),
     K_FLOAT(rl, kv_cache_fraction, "0.5", CR_PROB,
@@ -141,8 +158,8 @@ const config_key config_keys[] = {
            "every kernel)"),
     K_INT(rl, ppo_epochs, "1", CR_POS, "passes of PPO updates over each step's rollouts"),
     K_INT(rl, mini_batches, "1", CR_POS, "optimizer steps per PPO epoch (the rollouts are split evenly)"),
-    K_FLOAT(rl, kl_coef, "0", CR_NONNEG, "k3 KL penalty to the initial policy (0: off, as in the recipe)"),
-    K_FLOAT(rl, entropy_coef, "0", CR_NONNEG, "entropy bonus (0: off, as in the recipe)"),
+    K_FLOAT_FROM(rl, kl_coef, "0", CR_NONNEG, CS_SCRIPT, NULL, "k3 KL penalty to the initial policy (0: off)"),
+    K_FLOAT_FROM(rl, entropy_coef, "0", CR_NONNEG, CS_SCRIPT, NULL, "entropy bonus (0: off)"),
     K_FLOAT(rl, tis_cap, "0", CR_NONNEG,
             "truncated importance sampling on the rollout-vs-trainer logprob mismatch: cap of the weight (0: off)"),
     K_STRING(rl, prompt_template, "",
@@ -153,7 +170,7 @@ const config_key config_keys[] = {
     K_STRING(kernelgym, redis, "auto",
              "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one"),
     K_FLOAT(kernelgym, timeout_s, "120", CR_POS, "wall-clock limit of one evaluation, in seconds"),
-    K_ENUM(kernelgym, device, "auto", "auto|cpu|cuda",
+    K_ENUM(kernelgym, device, kg_device, kg_device_names, "auto",
            "where a private fleet (redis = auto) evaluates: cuda, or cpu through the Triton interpreter "
            "(correctness and hack checks only, no timing); auto: cuda when run.device is cuda"),
     K_INT(kernelgym, workers, "1", CR_POS, "workers of a private fleet (one per GPU on cuda)"),
@@ -163,7 +180,7 @@ const config_key config_keys[] = {
     K_STRING(ckpt, resume, "auto",
              "auto: continue from the newest complete checkpoint in run.dir; none: start fresh; or a checkpoint path"),
 
-    K_ENUM(dist, backend, "auto", "auto|nccl|mpi",
+    K_ENUM(dist, backend, dk_comm_backend, config_comm_backend_names, "auto",
            "collectives between ranks: nccl (GPU buffers, one GPU per rank), mpi (host buffers: the CPU backend, "
            "or CUDA ranks that share a GPU, staged through the host); auto: nccl on cuda when every rank has its own "
            "GPU, else mpi"),

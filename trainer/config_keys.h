@@ -21,15 +21,24 @@ typedef enum {
 
 enum { CF_ARCH_DEFAULT = 1 }; /* default follows [model] arch when not set */
 
+/* Where a default comes from. Most are this project's choice; those the Dr.
+ * Kernel recipe sets follow one of three sources, and configs/README.md says
+ * which: the product brief (PPO clip 0.2 on both sides), the recipe write-up,
+ * or the public training script of the 14B model. */
+typedef enum { CS_OURS = 0, CS_BRIEF, CS_WRITEUP, CS_SCRIPT } config_source;
+
 typedef struct {
     const char *section, *key;
     config_key_type type;
     size_t offset;      /* offsetof into dk_config */
     const char *def;    /* default, written as it would be in the ini */
-    const char *values; /* enum: allowed values "a|b|c", in the C enum's order */
+    const char *const *names; /* enum: the value names, indexed by the C enum (its layer's table) */
+    int n_names;
     config_range range;
     int flags;
     const char *doc;
+    config_source source;
+    const char *script; /* the public 14B script's value where the default differs from it, else NULL */
 } config_key;
 
 typedef struct {

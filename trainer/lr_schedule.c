@@ -17,10 +17,14 @@ double lr_at(const lr_schedule *s, int step) {
     return s->min_lr + (s->lr - s->min_lr) * f;
 }
 
+const char *const lr_kind_names[LR_N_KINDS] = {[LR_COSINE] = "cosine", [LR_LINEAR] = "linear",
+                                               [LR_CONSTANT] = "constant"};
+
 int lr_kind_parse(const char *name, lr_kind *out) {
-    if (!strcmp(name, "cosine")) *out = LR_COSINE;
-    else if (!strcmp(name, "linear")) *out = LR_LINEAR;
-    else if (!strcmp(name, "constant")) *out = LR_CONSTANT;
-    else return -1;
-    return 0;
+    for (int i = 0; i < LR_N_KINDS; i++)
+        if (!strcmp(name, lr_kind_names[i])) {
+            *out = (lr_kind)i;
+            return 0;
+        }
+    return -1;
 }

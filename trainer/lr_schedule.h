@@ -5,6 +5,10 @@
 #define DK_LR_SCHEDULE_H
 
 typedef enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 } lr_kind;
+enum { LR_N_KINDS = LR_CONSTANT + 1 };
+/* The schedules' names, indexed by lr_kind: read by lr_kind_parse and the run
+ * config's train.schedule key. */
+extern const char *const lr_kind_names[LR_N_KINDS];
 
 typedef struct {
     lr_kind kind;

@@ -40,13 +40,7 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     DK_TRY(check_fits(cfg, &mc, scratch, max_tokens));
     DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, 0, scratch));
     r->ctx_ready = 1;
-    /* The config's values are the model's modes, in the same order. */
-    _Static_assert((int)DK_RECOMPUTE_NONE == (int)MODEL_RECOMPUTE_NONE &&
-                       (int)DK_RECOMPUTE_LAYER == (int)MODEL_RECOMPUTE_LAYER &&
-                       (int)DK_RECOMPUTE_LAYER_KEEP_ATTENTION == (int)MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION,
-                   "train.recompute values are the model's recompute modes");
-    const model_recompute rc = (model_recompute)cfg->train.recompute;
-    DK_TRY(model_create(&r->model, &mc, &r->ctx, max_tokens, rc));
+    DK_TRY(model_create(&r->model, &mc, &r->ctx, max_tokens, cfg->train.recompute));
     r->model_ready = 1;
     DK_TRY(run_setup_initial_weights(&r->model, cfg));
     /* Checked after loading so a bad checkpoint is reported as what it is. */

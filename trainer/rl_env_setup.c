@@ -9,12 +9,10 @@
 #include "rl/env_kernelgym.h"
 #include "rl/env_toy.h"
 
-static const char *kg_device(const dk_config *cfg) {
-    switch (cfg->kernelgym.device) {
-    case DK_KG_CPU: return "cpu";
-    case DK_KG_CUDA: return "cuda";
-    default: return cfg->run.device == DK_DEVICE_CUDA ? "cuda" : "cpu";
-    }
+/* The device a private fleet evaluates on; auto follows run.device. */
+static const char *fleet_device(const dk_config *cfg) {
+    if (cfg->kernelgym.device != KG_DEVICE_AUTO) return kg_device_names[cfg->kernelgym.device];
+    return config_device_names[cfg->run.device];
 }
 
 static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
@@ -28,7 +26,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
         const task_entry *t = &s->tasks.tasks[i];
         s->list[i] = (rl_task){t->id, t->name, t->level, t->source};
     }
-    const char *device = kg_device(cfg);
+    const char *device = fleet_device(cfg);
     char url[2048];
     snprintf(url, sizeof url, "%s", cfg->kernelgym.redis);
     if (!strcmp(cfg->kernelgym.redis, "auto")) {

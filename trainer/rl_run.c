@@ -82,11 +82,11 @@ dk_status rl_run(const dk_config *cfg) {
     lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps, cfg->run.steps};
     adv_config ac;
     adv_config_default(&ac);
-    ac.estimator = (adv_estimator)cfg->rl.advantage;
+    ac.estimator = cfg->rl.advantage;
     ac.gamma = cfg->rl.gamma;
     prs_config pc;
     prs_config_default(&pc);
-    pc.mode = (prs_mode)cfg->rl.prs;
+    pc.mode = cfg->rl.prs;
     pc.threshold = cfg->rl.prs_threshold;
     pc.seed = (uint64_t)cfg->run.seed;
     const size_t cells = (size_t)B * turns;
@@ -134,7 +134,7 @@ dk_status rl_run(const dk_config *cfg) {
         uc.ppo.clip_low = cfg->rl.clip_low;
         uc.ppo.clip_high = cfg->rl.clip_high;
         uc.ppo.dual_clip = cfg->rl.dual_clip;
-        uc.ppo.agg = (ppo_agg)cfg->rl.loss_agg;
+        uc.ppo.agg = cfg->rl.loss_agg;
         uc.ppo.kl_coef = cfg->rl.kl_coef;
         uc.ppo.entropy_coef = cfg->rl.entropy_coef;
         uc.ppo.tis_cap = cfg->rl.tis_cap;

@@ -39,6 +39,10 @@ OPTION_SPECS = {
     "recheck_speedup": (10.0, (int, float)),
 }
 
+# The options above that only the harness knows: the C side (env/job.c) sends
+# every other one, with the same defaults (tests/unit/test_kg_protocol.py).
+HARNESS_ONLY_OPTIONS = ("static_checks", "seed", "input_sets", "max_procs", "recheck_speedup")
+
 # Bounds keep a malformed job from asking for absurd work.
 OPTION_BOUNDS = {
     "timeout_s": (1, 3600),

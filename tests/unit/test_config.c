@@ -14,6 +14,7 @@
 
 #include "common/util.h"
 #include "trainer/config.h"
+#include "trainer/config_keys.h"
 #include "tests/check.h"
 
 static char tmp[] = "/tmp/dk_config_XXXXXX";
@@ -144,7 +145,7 @@ static void test_overrides(void) {
     const char *const ov[] = {"train.lr=0.5", "run.steps = 7", "rl.prs=hard", "run.steps=8", "data.train=\"a b\""};
     dk_status s = config_load(&cfg, path, 5, (char **)ov);
     CHECK(s == DK_OK, "overrides: %s", dk_error());
-    CHECK(cfg.train.lr == 0.5 && cfg.run.steps == 8 && cfg.rl.prs == DK_PRS_HARD && !strcmp(cfg.data.train, "a b"),
+    CHECK(cfg.train.lr == 0.5 && cfg.run.steps == 8 && cfg.rl.prs == PRS_HARD && !strcmp(cfg.data.train, "a b"),
           "overrides not applied: lr %g steps %d prs %d train '%s'", cfg.train.lr, cfg.run.steps, cfg.rl.prs,
           cfg.data.train);
     EXPECT_OV(path, DK_ERR_USAGE, "command line: override 'lr=1' is not section.key=value", "lr=1");
@@ -247,6 +248,111 @@ static void test_round_trip(void) {
     CHECK(s == DK_ERR_USAGE && strstr(dk_error(), "[data] train"), "unsavable value: %s", dk_error());
 }
 
+/* The commented block of a recipe config that holds the public 14B script's
+ * values ("#   key = value" lines): exactly the keys whose `script` value the
+ * key table records, with those values; applied as overrides they give the
+ * script's clip 0.2 / 0.28, dual clip 3 and soft PRS. */
+/* Equal as text, or as numbers when both are numbers ("3" and "3.0"). */
+static bool same_value(const char *a, const char *b) {
+    char *ea, *eb;
+    double x = strtod(a, &ea), y = strtod(b, &eb);
+    return !strcmp(a, b) || (ea != a && !*ea && eb != b && !*eb && x == y);
+}
+
+static void public_script_block(const char *path) {
+    char *text = NULL;
+    CHECK(dk_read_file(path, &text, NULL) == DK_OK, "%s: %s", path, dk_error());
+    if (!text) return;
+    char ov_buf[8][160];
+    char *ov[8];
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char key[64], value[64];
+        if (strncmp(line, "#   ", 4) || sscanf(line + 4, "%63s = %63s", key, value) != 2) continue;
+        int found = 0;
+        for (int i = 0; i < config_n_keys; i++)
+            if (!strcmp(config_keys[i].section, "rl") && !strcmp(config_keys[i].key, key) && config_keys[i].script)
+                found = same_value(config_keys[i].script, value);
+        CHECK(found, "%s: '%s' is not a public-script value of the key table", path, line);
+        if (n < 8) {
+            snprintf(ov_buf[n], sizeof ov_buf[n], "rl.%s=%s", key, value);
+            ov[n] = ov_buf[n];
+            n++;
+        }
+    }
+    free(text);
+    int n_script = 0;
+    for (int i = 0; i < config_n_keys; i++) n_script += config_keys[i].script != NULL;
+    CHECK(n == n_script && n == 3, "%s: %d public-script lines, the key table has %d", path, n, n_script);
+    dk_config cfg;
+    dk_status s = config_load(&cfg, path, n, ov);
+    CHECK(s == DK_OK && cfg.rl.clip_low == 0.2 && cfg.rl.clip_high == 0.28 && cfg.rl.dual_clip == 3.0 &&
+              cfg.rl.prs == PRS_SOFT && cfg.rl.prs_threshold == 0.3,
+          "%s with the public script's values: %s (clip %g/%g dual %g prs %d)", path, s ? dk_error() : "wrong values",
+          cfg.rl.clip_low, cfg.rl.clip_high, cfg.rl.dual_clip, (int)cfg.rl.prs);
+}
+
+/* The defaults: the product brief's clip (0.2 both sides, no dual clip), the
+ * write-up's hard PRS at 0.3; rl/'s own defaults say the same. */
+static void test_defaults(void) {
+    dk_config cfg;
+    config_defaults(&cfg);
+    CHECK(cfg.rl.clip_low == 0.2 && cfg.rl.clip_high == 0.2 && cfg.rl.dual_clip == 0 && cfg.rl.prs == PRS_HARD &&
+              cfg.rl.prs_threshold == 0.3 && cfg.rl.advantage == ADV_TRLOO && cfg.rl.gamma == 1.0,
+          "defaults: clip %g/%g dual %g prs %d threshold %g", cfg.rl.clip_low, cfg.rl.clip_high, cfg.rl.dual_clip,
+          (int)cfg.rl.prs, cfg.rl.prs_threshold);
+    ppo_config pc;
+    ppo_config_default(&pc);
+    prs_config rc;
+    prs_config_default(&rc);
+    adv_config ac;
+    adv_config_default(&ac);
+    CHECK(pc.clip_low == cfg.rl.clip_low && pc.clip_high == cfg.rl.clip_high && pc.dual_clip == cfg.rl.dual_clip &&
+              pc.agg == cfg.rl.loss_agg && pc.kl_coef == cfg.rl.kl_coef && pc.entropy_coef == cfg.rl.entropy_coef,
+          "ppo_config_default differs from the config's defaults");
+    CHECK(rc.mode == cfg.rl.prs && rc.threshold == cfg.rl.prs_threshold, "prs_config_default differs");
+    CHECK(ac.estimator == cfg.rl.advantage && ac.gamma == cfg.rl.gamma, "adv_config_default differs");
+}
+
+/* Every enum key's name table is complete (no hole a designated initializer
+ * would leave), without repeats, and its default is one of its names;
+ * run.device's names are those of kernels/ (ops_device_name). */
+static void test_enum_names(void) {
+    int n_enum = 0;
+    for (int i = 0; i < config_n_keys; i++) {
+        const config_key *k = &config_keys[i];
+        if (k->type != CK_ENUM) continue;
+        n_enum++;
+        int has_def = 0;
+        for (int a = 0; a < k->n_names; a++) {
+            CHECK(k->names[a] && k->names[a][0], "[%s] %s: value %d has no name", k->section, k->key, a);
+            if (!k->names[a]) continue;
+            has_def |= !strcmp(k->names[a], k->def);
+            for (int b = 0; b < a; b++)
+                CHECK(k->names[b] && strcmp(k->names[a], k->names[b]), "[%s] %s: '%s' twice", k->section, k->key,
+                      k->names[a]);
+        }
+        CHECK(k->n_names >= 2 && has_def, "[%s] %s: %d names, default '%s'", k->section, k->key, k->n_names, k->def);
+    }
+    CHECK(n_enum == 11, "%d enum keys", n_enum);
+    for (int d = DK_DEVICE_CPU; d <= DK_DEVICE_CUDA; d++) {
+        dk_device back;
+        CHECK(!strcmp(config_device_names[d], ops_device_name((dk_device)d)) &&
+                  ops_parse_device(config_device_names[d], &back) == DK_OK && back == (dk_device)d,
+              "run.device value %d: '%s' vs ops_device_name '%s'", d, config_device_names[d],
+              ops_device_name((dk_device)d));
+    }
+    /* the config reads rl/'s, model/'s and env/'s names: an override lands on their enums */
+    const char *const ov[] = {"rl.advantage=rloo", "rl.loss_agg=token-mean", "rl.prs=soft",
+                              "train.recompute=layer_keep_attention", "model.arch=llama", "kernelgym.device=cpu"};
+    dk_config cfg;
+    dk_status s = config_load(&cfg, ini("e.ini", MODEL), 6, (char **)ov);
+    CHECK(s == DK_OK && cfg.rl.advantage == ADV_RLOO && cfg.rl.loss_agg == PPO_AGG_TOKEN_MEAN &&
+              cfg.rl.prs == PRS_SOFT && cfg.train.recompute == MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION &&
+              cfg.model.arch == DK_ARCH_LLAMA && cfg.kernelgym.device == KG_DEVICE_CPU,
+          "enum overrides: %s", s ? dk_error() : "wrong values");
+}
+
 static void test_shipped(void) {
     DIR *d = opendir("configs");
     CHECK(d != NULL, "no configs/ folder (run from the repository root)");
@@ -300,11 +406,12 @@ static void test_shipped(void) {
                       cfg.train.schedule == LR_COSINE && cfg.train.batch_size == 256 && cfg.train.grad_accum == 1 &&
                       cfg.train.micro_batch_tokens == 32768 &&
                       cfg.data.max_length == 32768 && cfg.rl.gamma == 1.0 && cfg.rl.clip_low == 0.2 &&
-                      cfg.rl.clip_high == 0.28 && cfg.rl.dual_clip == 3.0 && cfg.rl.max_turns == 3 &&
+                      cfg.rl.clip_high == 0.2 && cfg.rl.dual_clip == 0 && cfg.rl.max_turns == 3 &&
                       cfg.rl.n_samples == 16 && cfg.rl.temperature == 1.0 && cfg.rl.max_new_tokens == 8192 &&
-                      cfg.rl.loss_agg == DK_AGG_SEQ_MEAN_TOKEN_SUM && cfg.rl.prs == DK_PRS_SOFT &&
-                      cfg.train.grad_clip == 1.0,
+                      cfg.rl.loss_agg == PPO_AGG_SEQ_MEAN_TOKEN_SUM && cfg.rl.prs == PRS_HARD &&
+                      cfg.rl.prs_threshold == 0.3 && cfg.train.grad_clip == 1.0,
                   "%s: recipe hyperparameters", pairs[i][0]);
+        public_script_block(pairs[i][0]);
     }
     dk_config tiny;
     CHECK(config_load(&tiny, "configs/tiny-sft.ini", 0, NULL) == DK_OK && tiny.run.mode == DK_MODE_SFT &&
@@ -319,6 +426,8 @@ int main(void) {
     test_overrides();
     test_derived();
     test_round_trip();
+    test_defaults();
+    test_enum_names();
     test_shipped();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -38,7 +38,7 @@ expect 2 "--timeout: expected a number, got 'abc'" eval --task "$tmp/task.py" --
 expect 2 "--timeout needs a value" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --timeout
 expect 2 "--timeout: 0 is outside" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --timeout 0
 expect 2 "--trials: expected an integer, got '2.5'" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --trials 2.5
-expect 2 "--device: expected one of auto, cuda, cpu, got 'gpu'" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --device gpu
+expect 2 "--device: expected one of auto, cpu, cuda, got 'gpu'" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --device gpu
 expect 2 "--reward: expected one of profile, public" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --reward=fancy
 expect 2 "--alpha: 2 is outside [0, 1]" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --alpha 2
 expect 2 "--task: $tmp/none.py: no such file" eval --task "$tmp/none.py" --candidate "$tmp/cand.py"
@@ -62,15 +62,17 @@ expect 1 "cannot connect" submit --redis redis://127.0.0.1:1 --kind echo --wait 
 
 # eval: exit 0 whatever the verdict; the result carries reward and feedback
 export KERNELGYM_SERVER=tests/kernelgym_c/fake_server.py FAKE_CUDA=1
-check_eval() { # $1 = label, $2 = candidate, $3 = python condition on r
+check_eval() { # $1 = label, $2 = candidate, $3 = python condition on r, rest = more flags
     n=$((n + 1))
     local out rc
-    out=$(timeout 30 "$KG" eval --task "$tmp/task.py" --candidate "$2" --device cuda 2> "$tmp/err"); rc=$?
+    out=$(timeout 30 "$KG" eval --task "$tmp/task.py" --candidate "$2" --device cuda "${@:4}" 2> "$tmp/err"); rc=$?
     if [ $rc -ne 0 ] || [ "$("$PY" -c "import json,sys; r=json.loads(sys.argv[1]); print($3)" "$out" 2>&1)" != True ]; then
         echo "FAIL: eval $1: exit $rc, output: $out"; cat "$tmp/err"; fail=1
     fi
 }
 check_eval "ok" "$tmp/cand.py" "r['status'] == 'ok' and abs(r['reward'] - (0.7 * 1.25 + 0.3)) < 1e-12 and 'Speedup: 1.25x' in r['feedback'] and r['wall_ms'] >= 0"
+# the public formula: 0.5 * correct + 0.5 * min(speedup, 3) + 0.5 * coverage (coverage 1 here)
+check_eval "public reward" "$tmp/cand.py" "r['status'] == 'ok' and abs(r['reward'] - (0.5 + 0.5 * 1.25 + 0.5)) < 1e-12" --reward public
 printf '# fake-result: {"status": "incorrect", "correct": false, "max_abs_diff": 0.5}\nclass ModelNew: pass\n' > "$tmp/wrong.py"
 check_eval "incorrect" "$tmp/wrong.py" "r['status'] == 'incorrect' and r['reward'] == 0 and 'Correct: no (max abs diff 0.5)' in r['feedback']"
 printf 'class ModelNew:\n    x = "\xff\xfe"\n' > "$tmp/latin.py"

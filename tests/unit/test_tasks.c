@@ -4,7 +4,8 @@
  * byte for byte, a task without get_inputs skipped and reported, __init__.py
  * ignored), the level filter, a JSONL file (integer and string ids, defaults,
  * a skipped line named by file:line); and errors that name the file and line:
- * bad JSON, missing or mistyped fields, duplicate ids, empty folders. */
+ * bad JSON, missing or mistyped fields, duplicate ids, empty folders; and
+ * that the scorer (env/score.c) lists a folder exactly as the loader does. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,9 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "data/task_dir.h"
 #include "data/tasks.h"
+#include "env/score.h"
 #include "tests/check.h"
 
 static char root[4096];
@@ -163,12 +166,67 @@ static void check_errors(void) {
           "spaces and CRLF");
 }
 
+/* One folder, two readers: the task set (data/tasks.c) and KernelGym's
+ * scorer (env/score.c) both list it through data/task_dir.c, so they see the
+ * same files in the same order, by leading number ("7.py" and "3-b.py" are
+ * numbered, "x.py" is not), without _-, .-prefixed, non-.py files or
+ * folders. The expected order is written out by hand. */
+static void check_one_listing(void) {
+    char dir[] = "/tmp/dk_tasks_XXXXXX";
+    if (!mkdtemp(dir)) return;
+    const char src[] = "class Model:\n    pass\ndef get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n";
+    static const char *const files[] = {"10_A.py", "2_B.py", "x.py", "7.py", "3-b.py", "1_C.py",
+                                        "_init.py", ".hidden.py", "notes.txt", "12x.py"};
+    static const char *const want[] = {"1_C.py", "2_B.py", "3-b.py", "7.py", "10_A.py", "12x.py", "x.py"};
+    static const char *const want_id[] = {"1", "2", "3-b", "7", "10", "12x", "x"};
+    static const long want_num[] = {1, 2, 3, 7, 10, -1, -1};
+    const int nw = 7;
+    char p[4300];
+    for (int i = 0; i < 10; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        dk_write_file(p, src, strlen(src));
+    }
+    snprintf(p, sizeof p, "%s/9_folder.py", dir);
+    dk_mkdirs(p);
+
+    task_dir_entry *e;
+    int n;
+    CHECK(task_dir_list(dir, TASK_DIR_FILES, &e, &n) == DK_OK && n == nw, "task_dir_list: %d entries (%s)", n,
+          dk_error());
+    for (int i = 0; i < n && i < nw; i++)
+        CHECK(!strcmp(e[i].name, want[i]) && e[i].num == want_num[i], "entry %d: %s %ld, expected %s %ld", i,
+              e[i].name, e[i].num, want[i], want_num[i]);
+    task_dir_free(e, n);
+
+    task_set ts;
+    CHECK(task_set_load(dir, 0, &ts) == DK_OK && ts.n == nw, "task set: %d tasks (%s)", ts.n, dk_error());
+    kg_score_report rep;
+    CHECK(kg_score_collect(dir, dir, &rep) == DK_OK && rep.n == nw, "scorer: %d tasks (%s)", rep.n, dk_error());
+    for (int i = 0; i < nw && i < ts.n && i < rep.n; i++) {
+        char stem[64];
+        snprintf(stem, sizeof stem, "%.*s", (int)strlen(want[i]) - 3, want[i]);
+        CHECK(!strcmp(ts.tasks[i].id, want_id[i]) && strstr(ts.tasks[i].origin, want[i]),
+              "task %d: id '%s' from %s, expected '%s' from %s", i, ts.tasks[i].id, ts.tasks[i].origin, want_id[i],
+              want[i]);
+        CHECK(!strcmp(rep.items[i].task_name, stem) && rep.items[i].id == want_num[i] &&
+                  rep.items[i].solution_path && strstr(rep.items[i].solution_path, want[i]),
+              "scorer item %d: %s id %ld, expected %s id %ld", i, rep.items[i].task_name, rep.items[i].id, stem,
+              want_num[i]);
+    }
+    task_set_free(&ts);
+    kg_score_free(&rep);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "rm %s", dir);
+}
+
 int main(void) {
     const char *s = getenv("DK_SOURCE");
     snprintf(root, sizeof root, "%s", s ? s : ".");
     check_folders();
     check_jsonl();
     check_errors();
+    check_one_listing();
     if (failures) fprintf(stderr, "%d failures\n", failures);
     else printf("tasks: folders, levels, JSONL and error messages as expected\n");
     return failures ? 1 : 0;

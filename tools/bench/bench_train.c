@@ -97,10 +97,9 @@ typedef struct {
 
 static void must(dk_status s, const char *what) { bench_must("bench_train", s, what); }
 
-/* The [train] recompute value of a mode, and its short form for the table. */
-static const char *recompute_name(int rc) {
-    return rc == MODEL_RECOMPUTE_LAYER ? "layer" : rc == MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION ? "layer_keep_attention" : "none";
-}
+/* The [train] recompute value of a mode (model/'s name table), and its short
+ * form for the table. */
+static const char *recompute_name(int rc) { return model_recompute_names[rc]; }
 static const char *recompute_short(int rc) {
     return rc == MODEL_RECOMPUTE_LAYER ? "layer" : rc == MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION ? "layer+att" : "none";
 }
