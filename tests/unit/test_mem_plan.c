@@ -150,7 +150,7 @@ static void test_model_create(void) {
                 const char *ov[] = {SMALL_SHAPE, "run.mode=rl", "rl.kl_coef=0.1", "train.batch_size=4",
                                     "rl.n_samples=2", "data.max_length=16"}; /* the shape planned is mc's */
                 load(&cfg, ov, sizeof ov / sizeof ov[0]);
-                cfg.train.recompute = (dk_recompute)rc;
+                cfg.train.recompute = (model_recompute)rc;
                 mem_plan p;
                 must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CPU, (size_t)1e12, T), "mem_plan_make cpu");
                 CHECK(p.bytes[MEM_PARAMS][MEM_TRAIN] + p.bytes[MEM_GRADS][MEM_TRAIN] +
