@@ -135,9 +135,15 @@ dk_status weights_plan_write(const weights_plan *p, const char *dir, int unit, s
 }
 
 dk_status weights_plan_finish(const weights_plan *p, const char *dir) {
+    char path[4200];
     for (int k = 0; k < p->layout.n_files; k++) {
-        char path[4200];
         file_path(p, dir, k, path, sizeof path);
+        DK_TRY(dk_fsync_path(path));
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    DK_TRY(dk_fsync_path(path));
+    if (p->layout.n_files > 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
         DK_TRY(dk_fsync_path(path));
     }
     return DK_OK;

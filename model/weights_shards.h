@@ -57,7 +57,8 @@ dk_status weights_plan_create(const weights_plan *p, const char *dir);
  * different processes at the same time; they must not overlap. */
 dk_status weights_plan_write(const weights_plan *p, const char *dir, int unit, size_t begin, size_t count,
                              const float *src);
-/* Flushes every file of the plan to stable storage (fsync). */
+/* Flushes every file of the plan, config.json and the index to stable
+ * storage (fsync). */
 dk_status weights_plan_finish(const weights_plan *p, const char *dir);
 
 typedef struct {
