@@ -8,6 +8,7 @@
 #     weights_save_hf;
 #   - each of those checkpoints loaded at world 1, 2 and 3 gives every rank
 #     its slices of the fp32 masters, m and v bit for bit, and the step;
+#   - a truncated model file fails the load at world 1 and 3, naming it;
 #   - the world-3 files read by Python safetensors and transformers equal
 #     the single writer's tensor by tensor.
 set -eu
@@ -36,6 +37,16 @@ for arch in qwen3 qwen2; do
       case "$out" in *"(world $w) at world $w2: bit-identical"*) ;; *) exit 1 ;; esac
     done
   done
+done
+# A truncated model-0000k file of a complete sharded checkpoint fails the load
+# at every world size, naming the file.
+truncate -s -2 "$tmp/qwen3/w2/ckpt/step_00000007/model-00003-of-00008.safetensors"
+for w2 in 1 3; do
+  if "${mpi[@]}" -np "$w2" "$drv" load qwen3 "$tmp/qwen3/w2/ckpt/step_00000007" > "$tmp/trunc.log" 2>&1; then
+    echo "world $w2 loaded a checkpoint with a truncated model file"; exit 1
+  fi
+  grep -q "model-00003-of-00008.safetensors: .* bytes, state.json records .* (truncated or rewritten)" "$tmp/trunc.log" ||
+    { cat "$tmp/trunc.log"; echo "world $w2: the truncated file is not named"; exit 1; }
 done
 "${DK_PYTHON:-.venv/bin/python}" tests/mpi/check_sharded_hf.py "$tmp/qwen3/w3/ckpt/step_00000007" "$tmp/qwen3/single"
 "${DK_PYTHON:-.venv/bin/python}" tests/mpi/check_sharded_hf.py "$tmp/qwen2/w2/ckpt/step_00000007" "$tmp/qwen2/single"
