@@ -255,3 +255,32 @@ dk_status ckpt_shards_load(const char *dir, const model_config *c, const param_l
     if (st == DK_OK) *step_t = t;
     return st;
 }
+
+/* ---- a fresh start from HF weights ---------------------------------------------- */
+
+static dk_status init_slices(const weights_reader *w, const model_config *c, const param_layout *pl,
+                             const ckpt_shards_io *io) {
+    dk_status st = DK_OK;
+    for (int u = 0; u < weights_n_units(c) && st == DK_OK; u++) {
+        size_t n = weights_unit_size(c, pl, u), b, e;
+        shard_range(n, io->world, io->rank, &b, &e);
+        if (b == e) continue;
+        const size_t len = e - b;
+        float *buf = dk_calloc(3 * len, sizeof(float)); /* m and v: zero */
+        st = weights_reader_read(w, u, b, len, buf);
+        if (st == DK_OK) st = io->put(io->ctx, u, b, e, buf, buf + len, buf + 2 * len);
+        free(buf);
+    }
+    return st;
+}
+
+dk_status ckpt_shards_init_from_hf(const char *dir, const model_config *c, const param_layout *pl,
+                                   const ckpt_shards_io *io) {
+    weights_reader w;
+    dk_status st = weights_reader_open(&w, dir, c, pl);
+    if (st == DK_OK) {
+        st = init_slices(&w, c, pl, io);
+        weights_reader_close(&w);
+    }
+    return ckpt_shards_sync(io, st, "loading the initial weights");
+}

@@ -66,4 +66,11 @@ dk_status ckpt_shards_save(const char *dir, const model_config *c, const param_l
 dk_status ckpt_shards_load(const char *dir, const model_config *c, const param_layout *pl, const ckpt_shards_io *io,
                            int *step_t);
 
+/* Every rank: a fresh start from a Hugging Face checkpoint directory
+ * (model.path: one model.safetensors or a sharded set): its slices of the
+ * weights become the fp32 masters, m and v start at zero. A rank converts
+ * only its own slices; the files are mapped, not read whole. */
+dk_status ckpt_shards_init_from_hf(const char *dir, const model_config *c, const param_layout *pl,
+                                   const ckpt_shards_io *io);
+
 #endif

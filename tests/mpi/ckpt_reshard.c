@@ -11,10 +11,15 @@
  *                                        for bit; it also reads its slices of
  *                                        the bf16 weights back through the
  *                                        HF range reader
+ *   ckpt_reshard hf ARCH DIR             every rank starts from the HF files
+ *                                        in DIR (ckpt_shards_init_from_hf) and
+ *                                        checks its slices: the bf16 masters,
+ *                                        m and v zero
  *   ckpt_reshard single ARCH DIR         one process writes the same weights
  *                                        with weights_save_hf (the reference
  *                                        the sharded files must equal byte
- *                                        for byte)
+ *                                        for byte); `one` writes them as one
+ *                                        model.safetensors
  * MPI_Barrier and an MPI_Allreduce of a flag are the callbacks. */
 #include <mpi.h>
 #include <stdio.h>
@@ -50,6 +55,7 @@ static float value(int a, int u, size_t i) {
 typedef struct {
     size_t values, puts;
     int bad;
+    int from_hf; /* expect the bf16 weights as masters and zero moments */
 } check_state;
 
 static dk_status get(void *ctx, int u, size_t b, size_t e, float *ma, float *m, float *v) {
@@ -65,7 +71,12 @@ static dk_status put(void *ctx, int u, size_t b, size_t e, const float *ma, cons
     check_state *cs = ctx;
     cs->puts++;
     for (size_t i = b; i < e; i++) {
-        const float want[3] = {value(0, u, i), value(1, u, i), value(2, u, i)}, got[3] = {ma[i - b], m[i - b], v[i - b]};
+        float want[3] = {value(0, u, i), value(1, u, i), value(2, u, i)};
+        const float got[3] = {ma[i - b], m[i - b], v[i - b]};
+        if (cs->from_hf) {
+            want[0] = st_bf16_to_f32(st_f32_to_bf16(want[0]));
+            want[1] = want[2] = 0.0f;
+        }
         for (int a = 0; a < 3; a++)
             if (memcmp(&want[a], &got[a], 4) != 0 && cs->bad++ < 5)
                 fprintf(stderr, "rank %d: unit %d element %zu array %d: got %a, saved %a\n", g_rank, u, i, a, got[a],
@@ -117,7 +128,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_world);
     if (argc != 4) {
-        if (g_rank == 0) fprintf(stderr, "usage: ckpt_reshard save|load|single qwen3|qwen2 DIR\n");
+        if (g_rank == 0) fprintf(stderr, "usage: ckpt_reshard save|load|hf|single|one qwen3|qwen2 DIR\n");
         MPI_Finalize();
         return 2;
     }
@@ -127,7 +138,7 @@ int main(int argc, char **argv) {
     model_config c = fixture_model_config(arch);
     param_layout pl;
     param_layout_init(&pl, &c);
-    check_state cs = {0, 0, 0};
+    check_state cs = {0, 0, 0, !strcmp(mode, "hf")};
     ckpt_shards_io io = {g_world, g_rank, &cs, get, put, barrier, all_ok};
     int rc = 0;
     if (!strcmp(mode, "save")) {
@@ -137,10 +148,11 @@ int main(int argc, char **argv) {
         ckpt_state st = {STEP, 123, 1, g_world};
         must(ckpt_save_shards(dir, &c, &pl, OPT_T, &io, &cfg, &st, 0, SHARD_BYTES), "ckpt_save_shards");
         if (g_rank == 0) printf("saved step %d at world %d\n", STEP, g_world);
-    } else if (!strcmp(mode, "load")) {
-        ckpt_state st;
-        int t = -1;
-        must(ckpt_load_shards(dir, &c, &pl, &io, &st, &t), "ckpt_load_shards");
+    } else if (!strcmp(mode, "load") || !strcmp(mode, "hf")) {
+        ckpt_state st = {STEP, 0, 0, 0};
+        int t = OPT_T;
+        if (cs.from_hf) must(ckpt_shards_init_from_hf(dir, &c, &pl, &io), "ckpt_shards_init_from_hf");
+        else must(ckpt_load_shards(dir, &c, &pl, &io, &st, &t), "ckpt_load_shards");
         size_t want = 0, want_puts = 0;
         for (int u = 0; u < weights_n_units(&c); u++) {
             size_t b, e;
@@ -148,25 +160,28 @@ int main(int argc, char **argv) {
             want += e - b;
             want_puts += b < e;
         }
-        int bad = cs.bad + check_hf(dir, &c, &pl);
+        int bad = cs.bad + (cs.from_hf ? 0 : check_hf(dir, &c, &pl));
         if (st.step != STEP || t != OPT_T || cs.values != want || cs.puts != want_puts) {
             fprintf(stderr, "rank %d: step %d (want %d), optimizer t %d (want %d), %zu values in %zu puts (want %zu in %zu)\n",
                     g_rank, st.step, STEP, t, OPT_T, cs.values, cs.puts, want, want_puts);
             bad++;
         }
         int all = all_ok(NULL, bad == 0);
-        if (g_rank == 0)
+        if (g_rank == 0 && cs.from_hf)
+            printf("started from %s at world %d: %s\n", dir, g_world, all ? "bit-identical" : "MISMATCH");
+        else if (g_rank == 0)
             printf("loaded %s (world %d) at world %d: %s\n", dir, st.world_size, g_world,
                    all ? "bit-identical" : "MISMATCH");
         rc = all ? 0 : 1;
-    } else if (!strcmp(mode, "single")) {
+    } else if (!strcmp(mode, "single") || !strcmp(mode, "one")) {
         param_buffers host;
         param_buffers_alloc_host(&host, &pl, c.n_layers, c.tie_embeddings, sizeof(float));
         for (int u = 0; u < weights_n_units(&c); u++) {
             float *p = weights_unit_ptr(&c, &host, u);
             for (size_t i = 0; i < weights_unit_size(&c, &pl, u); i++) p[i] = value(0, u, i);
         }
-        must(weights_save_hf(dir, &c, &pl, &host, "bf16", SHARD_BYTES), "weights_save_hf");
+        size_t limit = !strcmp(mode, "one") ? 0 : SHARD_BYTES;
+        must(weights_save_hf(dir, &c, &pl, &host, "bf16", limit), "weights_save_hf");
         param_buffers_free_host(&host);
     } else {
         fprintf(stderr, "unknown mode '%s'\n", mode);

@@ -8,6 +8,9 @@
 #     weights_save_hf;
 #   - each of those checkpoints loaded at world 1, 2 and 3 gives every rank
 #     its slices of the fp32 masters, m and v bit for bit, and the step;
+#   - every rank at world 1, 2, 3 starting from the single writer's HF files
+#     (sharded, and one model.safetensors) gets the bf16 weights of its
+#     slices as masters and zero moments;
 #   - a truncated model file fails the load at world 1 and 3, naming it;
 #   - the world-3 files read by Python safetensors and transformers equal
 #     the single writer's tensor by tensor.
@@ -35,6 +38,16 @@ for arch in qwen3 qwen2; do
       out=$("${mpi[@]}" -np "$w2" "$drv" load "$arch" "$tmp/$arch/w$w/ckpt/step_00000007")
       echo "$arch: $out"
       case "$out" in *"(world $w) at world $w2: bit-identical"*) ;; *) exit 1 ;; esac
+    done
+  done
+  # A fresh start from HF files (model.path): single file and sharded.
+  "${mpi[@]}" -np 1 "$drv" one "$arch" "$tmp/$arch/one" > /dev/null
+  [ -f "$tmp/$arch/one/model.safetensors" ] || { echo "$arch: no single model.safetensors"; exit 1; }
+  for w2 in 1 2 3; do
+    for d in single one; do
+      out=$("${mpi[@]}" -np "$w2" "$drv" hf "$arch" "$tmp/$arch/$d")
+      echo "$arch: $out"
+      case "$out" in *"at world $w2: bit-identical"*) ;; *) exit 1 ;; esac
     done
   done
 done
