@@ -391,10 +391,11 @@ static dk_status seal(const char *ckdir, const char *tmp, const char *final, con
     }
     snprintf(path, sizeof path, "%s/sums", tmp);
     rmdir(path);
-    snprintf(path, sizeof path, "%s/DONE", tmp);
-    DK_TRY(write_durable(path, "", 0));
     snprintf(path, sizeof path, "%s/optim", tmp);
     DK_TRY(dk_fsync_path(path));
+    DK_TRY(dk_fsync_path(tmp)); /* every entry is on disk before DONE is */
+    snprintf(path, sizeof path, "%s/DONE", tmp);
+    DK_TRY(write_durable(path, "", 0));
     DK_TRY(dk_fsync_path(tmp));
     remove_tree(final); /* a re-run of the same step replaces it */
     if (rename(tmp, final) != 0)
