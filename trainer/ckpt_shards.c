@@ -35,6 +35,26 @@ dk_status ckpt_shards_sync(const ckpt_shards_io *io, dk_status st, const char *w
     return st;
 }
 
+/* Calls FN for this rank's slice of every unit that has one, with zeroed
+ * host arrays for the slice's master, m and v (the bound on host memory:
+ * three times the largest slice). */
+typedef dk_status (*slice_fn)(void *arg, int u, size_t b, size_t e, float *ma, float *m, float *v);
+
+static dk_status for_each_slice(const model_config *c, const param_layout *pl, const ckpt_shards_io *io, slice_fn fn,
+                                void *arg) {
+    dk_status st = DK_OK;
+    for (int u = 0; u < weights_n_units(c) && st == DK_OK; u++) {
+        size_t b, e;
+        shard_range(weights_unit_size(c, pl, u), io->world, io->rank, &b, &e);
+        if (b == e) continue;
+        const size_t len = e - b;
+        float *buf = dk_calloc(3 * len, sizeof(float));
+        st = fn(arg, u, b, e, buf, buf + len, buf + 2 * len);
+        free(buf);
+    }
+    return st;
+}
+
 /* ---- saving ------------------------------------------------------------------ */
 
 typedef struct {
@@ -69,25 +89,22 @@ static dk_status write_header(out_file *o, const model_config *c, const param_la
     return DK_OK;
 }
 
-/* This rank's slices, unit by unit: into the HF files and its optimizer file. */
-static dk_status write_slices(out_file *o, const weights_plan *plan, const char *dir, const model_config *c,
-                              const param_layout *pl, const ckpt_shards_io *io) {
-    dk_status st = DK_OK;
-    for (int u = 0; u < weights_n_units(c) && st == DK_OK; u++) {
-        size_t n = weights_unit_size(c, pl, u), b, e;
-        shard_range(n, io->world, io->rank, &b, &e);
-        if (b == e) continue;
-        const size_t len = e - b;
-        float *buf = dk_malloc(3 * len * sizeof(float));
-        float *ma = buf, *m = buf + len, *v = buf + 2 * len;
-        st = io->get(io->ctx, u, b, e, ma, m, v);
-        if (st == DK_OK) st = weights_plan_write(plan, dir, u, b, len, ma);
-        if (st == DK_OK) st = out_write(o, ma, len * sizeof(float));
-        if (st == DK_OK) st = out_write(o, m, len * sizeof(float));
-        if (st == DK_OK) st = out_write(o, v, len * sizeof(float));
-        free(buf);
-    }
-    return st;
+/* One slice on its way out: into the HF files and this rank's optimizer file. */
+typedef struct {
+    out_file *o;
+    const weights_plan *plan;
+    const char *dir;
+    const ckpt_shards_io *io;
+} save_arg;
+
+static dk_status save_slice(void *arg, int u, size_t b, size_t e, float *ma, float *m, float *v) {
+    save_arg *a = arg;
+    const size_t len = e - b;
+    DK_TRY(a->io->get(a->io->ctx, u, b, e, ma, m, v));
+    DK_TRY(weights_plan_write(a->plan, a->dir, u, b, len, ma));
+    DK_TRY(out_write(a->o, ma, len * sizeof(float)));
+    DK_TRY(out_write(a->o, m, len * sizeof(float)));
+    return out_write(a->o, v, len * sizeof(float));
 }
 
 static dk_status save_optim(const char *dir, const weights_plan *plan, const model_config *c, const param_layout *pl,
@@ -97,7 +114,8 @@ static dk_status save_optim(const char *dir, const weights_plan *plan, const mod
     out_file o = {fopen(path, "wb"), path, 0, 0};
     if (!o.f) return dk_fail(DK_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
     dk_status st = write_header(&o, c, pl, step_t, io);
-    if (st == DK_OK) st = write_slices(&o, plan, dir, c, pl, io);
+    save_arg a = {&o, plan, dir, io};
+    if (st == DK_OK) st = for_each_slice(c, pl, io, save_slice, &a);
     if (st == DK_OK && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0))
         st = dk_fail(DK_ERR_RUNTIME, "%s: flush failed: %s", path, strerror(errno));
     if (fclose(o.f) != 0 && st == DK_OK) st = dk_fail(DK_ERR_RUNTIME, "%s: close failed: %s", path, strerror(errno));
@@ -205,11 +223,19 @@ static void old_close(old_file *f) {
 }
 
 /* The new slice [b, e) of unit U from the old files that hold its pieces. */
-static dk_status gather_slice(old_file *old, int world, int u, size_t n, size_t b, size_t e, float *ma, float *m,
-                              float *v) {
-    const size_t len = shard_len(n, world);
-    for (size_t q = b / len; q < (size_t)world && q * len < e; q++) {
-        const old_file *f = &old[q];
+typedef struct {
+    old_file *old;
+    int world; /* of the old files */
+    const model_config *c;
+    const param_layout *pl;
+    const ckpt_shards_io *io;
+} load_arg;
+
+static dk_status load_slice(void *arg, int u, size_t b, size_t e, float *ma, float *m, float *v) {
+    load_arg *g = arg;
+    const size_t len = shard_len(weights_unit_size(g->c, g->pl, u), g->world);
+    for (size_t q = b / len; q < (size_t)g->world && q * len < e; q++) {
+        const old_file *f = &g->old[q];
         size_t a = b > f->begin[u] ? b : f->begin[u], z = e < f->end[u] ? e : f->end[u];
         if (a >= z) continue;
         const uint64_t L = f->end[u] - f->begin[u], at = f->data[u] + (a - f->begin[u]) * sizeof(float);
@@ -220,23 +246,7 @@ static dk_status gather_slice(old_file *old, int world, int u, size_t n, size_t 
         DK_TRY(read_at(f, m + (a - b), bytes, at + L * sizeof(float), what));
         DK_TRY(read_at(f, v + (a - b), bytes, at + 2 * L * sizeof(float), what));
     }
-    return DK_OK;
-}
-
-static dk_status load_slices(old_file *old, int world, const model_config *c, const param_layout *pl,
-                             const ckpt_shards_io *io) {
-    dk_status st = DK_OK;
-    for (int u = 0; u < weights_n_units(c) && st == DK_OK; u++) {
-        size_t n = weights_unit_size(c, pl, u), b, e;
-        shard_range(n, io->world, io->rank, &b, &e);
-        if (b == e) continue;
-        const size_t len = e - b;
-        float *buf = dk_malloc(3 * len * sizeof(float));
-        st = gather_slice(old, world, u, n, b, e, buf, buf + len, buf + 2 * len);
-        if (st == DK_OK) st = io->put(io->ctx, u, b, e, buf, buf + len, buf + 2 * len);
-        free(buf);
-    }
-    return st;
+    return g->io->put(g->io->ctx, u, b, e, ma, m, v);
 }
 
 dk_status ckpt_shards_load(const char *dir, const model_config *c, const param_layout *pl, const ckpt_shards_io *io,
@@ -249,7 +259,8 @@ dk_status ckpt_shards_load(const char *dir, const model_config *c, const param_l
     old[0] = first;
     for (int q = 1; q < n_old; q++) old[q].fd = -1;
     for (int q = 1; q < n_old && st == DK_OK; q++) st = old_open(&old[q], dir, q, &world, &t, c, pl);
-    if (st == DK_OK) st = load_slices(old, world, c, pl, io);
+    load_arg g = {old, world, c, pl, io};
+    if (st == DK_OK) st = for_each_slice(c, pl, io, load_slice, &g);
     for (int q = 0; q < n_old; q++) old_close(&old[q]);
     free(old);
     if (st == DK_OK) *step_t = t;
@@ -258,20 +269,15 @@ dk_status ckpt_shards_load(const char *dir, const model_config *c, const param_l
 
 /* ---- a fresh start from HF weights ---------------------------------------------- */
 
-static dk_status init_slices(const weights_reader *w, const model_config *c, const param_layout *pl,
-                             const ckpt_shards_io *io) {
-    dk_status st = DK_OK;
-    for (int u = 0; u < weights_n_units(c) && st == DK_OK; u++) {
-        size_t n = weights_unit_size(c, pl, u), b, e;
-        shard_range(n, io->world, io->rank, &b, &e);
-        if (b == e) continue;
-        const size_t len = e - b;
-        float *buf = dk_calloc(3 * len, sizeof(float)); /* m and v: zero */
-        st = weights_reader_read(w, u, b, len, buf);
-        if (st == DK_OK) st = io->put(io->ctx, u, b, e, buf, buf + len, buf + 2 * len);
-        free(buf);
-    }
-    return st;
+typedef struct {
+    const weights_reader *w;
+    const ckpt_shards_io *io;
+} init_arg;
+
+static dk_status init_slice(void *arg, int u, size_t b, size_t e, float *ma, float *m, float *v) {
+    init_arg *a = arg;
+    DK_TRY(weights_reader_read(a->w, u, b, e - b, ma));
+    return a->io->put(a->io->ctx, u, b, e, ma, m, v); /* m and v: zero */
 }
 
 dk_status ckpt_shards_init_from_hf(const char *dir, const model_config *c, const param_layout *pl,
@@ -279,7 +285,8 @@ dk_status ckpt_shards_init_from_hf(const char *dir, const model_config *c, const
     weights_reader w;
     dk_status st = weights_reader_open(&w, dir, c, pl);
     if (st == DK_OK) {
-        st = init_slices(&w, c, pl, io);
+        init_arg a = {&w, io};
+        st = for_each_slice(c, pl, io, init_slice, &a);
         weights_reader_close(&w);
     }
     return ckpt_shards_sync(io, st, "loading the initial weights");
