@@ -194,10 +194,11 @@ static dk_status old_open(old_file *f, const char *dir, int q, int *world, int *
     f->begin = dk_malloc(3 * (size_t)n_units * sizeof(uint64_t));
     f->end = f->begin + n_units;
     f->data = f->end + n_units;
-    uint64_t at = 32, pos = 32 + 24 * (uint64_t)n_units;
-    for (int u = 0; u < n_units; u++, at += 24) {
-        uint64_t row[3];
-        DK_TRY(read_at(f, row, sizeof row, at, "the unit table"));
+    const uint64_t row_bytes = version == 1u ? 16 : 24; /* v1: offset, size */
+    uint64_t at = 32, pos = 32 + row_bytes * (uint64_t)n_units;
+    for (int u = 0; u < n_units; u++, at += row_bytes) {
+        uint64_t row[3] = {0, 0, 0};
+        DK_TRY(read_at(f, row, (size_t)row_bytes, at, "the unit table"));
         size_t n = weights_unit_size(c, pl, u), b, e;
         shard_range(n, *world, q, &b, &e);
         uint64_t size = version == 1u ? row[1] : row[0], rb = version == 1u ? 0 : row[1], re = version == 1u ? row[1] : row[2];

@@ -4,6 +4,8 @@
 #     an unreadable state.json, or a truncated model.safetensors) is skipped
 #     with a warning naming the file, and the run resumes from the previous
 #     one; asked for by path, it fails (exit 1) naming the file;
+#   - a checkpoint from before sharding (optimizer file version 1, no
+#     checksums) resumes bit-exactly, with a warning;
 #   - pruning (ckpt.keep) beside an earlier run's checkpoint of a higher step
 #     keeps the new run's newest;
 #   - ckpt.resume = none over a run directory with checkpoints exits 2 naming
@@ -18,6 +20,7 @@ fail() { echo "$1"; [ -f "${2:-}" ] && cat "$2"; exit 1; }
 "$train" "${base[@]}" run.steps=4 ckpt.every=2 run.dir="$tmp/a" ckpt.resume=none > "$tmp/a.log"
 ck="$tmp/a/ckpt"
 grep -q '"crc32c"' "$ck/step_00000004/state.json" || fail "state.json has no checksums" "$ck/step_00000004/state.json"
+cp "$ck/step_00000002/optim/rank_00000.bin" "$tmp/optim2.bin"
 
 # One flipped byte in the newest optimizer file: fall back to step 2.
 fresh() { rm -rf "$tmp/b"; mkdir -p "$tmp/b/ckpt"; cp -r "$ck/step_00000002" "$ck/step_00000004" "$tmp/b/ckpt/"; }
@@ -55,6 +58,34 @@ echo '{"step": 4, ' > "$tmp/b/ckpt/step_00000004/state.json"
 grep -q "step_00000004/state.json: invalid JSON; falling back" "$tmp/s.err" || fail "unreadable state.json not named" "$tmp/s.err"
 grep -q "resumed from $tmp/b/ckpt/step_00000002" "$tmp/s.log" || fail "did not fall back past state.json" "$tmp/s.log"
 
+# A checkpoint from before sharding (optimizer file version 1, no checksums
+# in state.json) still resumes, with a warning, and bit-exactly.
+fresh
+rm -r "$tmp/b/ckpt/step_00000004"
+"${DK_PYTHON:-python3}" - "$tmp/b/ckpt/step_00000002" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+p = d + "/optim/rank_00000.bin"
+b = open(p, "rb").read()
+ver, world, rank, t = struct.unpack("<4I", b[8:24])
+(n,) = struct.unpack("<Q", b[24:32])
+assert (ver, world, rank) == (2, 1, 0), (ver, world, rank)
+table, off = b"", 0
+for i in range(n):  # v2 rows (size, begin, end) -> v1 rows (global offset, size)
+    size, lo, hi = struct.unpack("<3Q", b[32 + 24 * i:56 + 24 * i])
+    assert (lo, hi) == (0, size)
+    table += struct.pack("<2Q", off, size)
+    off += size
+open(p, "wb").write(b[:8] + struct.pack("<4I", 1, world, rank, t) + b[24:32] + table + b[32 + 24 * n:])
+s = json.load(open(d + "/state.json"))
+del s["files"], s["run_id"]
+json.dump(s, open(d + "/state.json", "w"))
+PY
+"$train" "${base[@]}" run.steps=4 ckpt.every=2 run.dir="$tmp/b" ckpt.resume=auto > "$tmp/v.log" 2> "$tmp/v.err"
+grep -q "step_00000002/state.json records no checksums" "$tmp/v.err" || fail "no warning about the missing checksums" "$tmp/v.err"
+grep -q "resumed from $tmp/b/ckpt/step_00000002 (step 2)" "$tmp/v.log" || fail "did not resume from the version-1 file" "$tmp/v.log"
+cmp "$ck/step_00000004/optim/rank_00000.bin" "$tmp/b/ckpt/step_00000004/optim/rank_00000.bin"
+
 # Pruning: run k continues from a's step 2 in a directory that holds an
 # earlier run's step 6; with keep = 1 it must keep its own step 4.
 "$train" "${base[@]}" run.steps=6 ckpt.every=6 run.dir="$tmp/k" ckpt.resume=none > /dev/null
@@ -84,5 +115,5 @@ grep -q "resume = none, but $tmp/a/ckpt already holds checkpoints" "$tmp/n.err" 
 kept=$(cd "$ck" && echo step_*)
 [ "$kept" = "step_00000002" ] || fail "ckpt.overwrite left: $kept"
 grep -q "resumed" "$tmp/o.log" && fail "ckpt.overwrite resumed instead of starting clean" "$tmp/o.log"
-cmp "$ck/step_00000002/optim/rank_00000.bin" "$tmp/b/ckpt/step_00000002/optim/rank_00000.bin"
+cmp "$ck/step_00000002/optim/rank_00000.bin" "$tmp/optim2.bin"
 echo "ckpt durable: damaged, truncated and unreadable checkpoints skipped with a warning; pruning keeps the run's own; resume = none refuses; overwrite starts clean"
