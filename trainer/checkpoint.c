@@ -195,17 +195,6 @@ static int list_complete(const char *ckdir, ckpt_entry *out, int cap) {
     return n;
 }
 
-/* Any step_* entry (complete or not) under RUN_DIR/ckpt. */
-static int has_checkpoints(const char *ckdir) {
-    DIR *d = opendir(ckdir);
-    if (!d) return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d))) found = !strncmp(e->d_name, "step_", 5);
-    closedir(d);
-    return found;
-}
-
 static void prune(const char *ckdir, int keep) {
     ckpt_entry es[4096];
     int n = list_complete(ckdir, es, 4096);
@@ -322,7 +311,8 @@ dk_status ckpt_find_latest(const char *run_dir, char *path, size_t n) {
 static dk_status start_clean(const dk_config *cfg, const ckpt_shards_io *io) {
     char ckdir[4096];
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", cfg->run.dir);
-    if (!has_checkpoints(ckdir)) return DK_OK;
+    ckpt_entry one;
+    if (list_complete(ckdir, &one, 1) == 0) return DK_OK; /* a half-written step_X.tmp is no checkpoint */
     if (!cfg->ckpt.overwrite)
         return dk_fail(DK_ERR_USAGE,
                        "[ckpt] resume = none, but %s already holds checkpoints: set ckpt.resume = auto to continue "

@@ -111,6 +111,10 @@ set -e
 [ "$rc" = 2 ] || fail "resume = none over checkpoints: exit $rc, expected 2" "$tmp/n.err"
 grep -q "resume = none, but $tmp/a/ckpt already holds checkpoints" "$tmp/n.err" || fail "the refusal does not name the dir" "$tmp/n.err"
 [ -d "$ck/step_00000004" ] || fail "the refusal deleted a checkpoint"
+# A half-written step_X.tmp alone is no checkpoint: resume = none starts.
+mkdir -p "$tmp/h/ckpt/step_00000009.tmp"
+"$train" "${base[@]}" run.steps=1 ckpt.every=0 run.dir="$tmp/h" ckpt.resume=none > /dev/null 2> "$tmp/h.err" ||
+  fail "resume = none refused a directory with only a half-written checkpoint" "$tmp/h.err"
 "$train" "${base[@]}" run.steps=2 ckpt.every=2 run.dir="$tmp/a" ckpt.resume=none ckpt.overwrite=true > "$tmp/o.log"
 kept=$(cd "$ck" && echo step_*)
 [ "$kept" = "step_00000002" ] || fail "ckpt.overwrite left: $kept"
