@@ -3,9 +3,8 @@
  * ckpt_shards.c and their checksums through ckpt_manifest.c; this file adds
  * what makes a checkpoint durable and recognisable: state.json, the fsyncs,
  * DONE, the rename, the run id, pruning, and the choice of checkpoint at
- * resume. A
- * single-process run is world 1: its model and optimizer are read and
- * written through the same callbacks a ZeRO-3 rank passes. */
+ * resume. A single-process run is world 1: its model and optimizer are read
+ * and written through the same callbacks a ZeRO-3 rank passes. */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
 #include "trainer/checkpoint.h"
