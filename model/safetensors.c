@@ -395,7 +395,7 @@ void safetensors_tensor_to_f32_range(const st_tensor *t, size_t first, size_t co
 
 void safetensors_tensor_to_f32(const st_tensor *t, float *out) { safetensors_tensor_to_f32_range(t, 0, t->numel, out); }
 
-dk_status safetensors_read_f32(const st_reader *r, const char *name, int ndim, const int64_t *shape, float *out) {
+dk_status safetensors_check(const st_reader *r, const char *name, int ndim, const int64_t *shape, const st_tensor **out) {
     const st_tensor *t = safetensors_find(r, name);
     if (!t) return dk_fail(DK_ERR_RUNTIME, "%s: tensor '%s' not found", r->source, name);
     int same = t->ndim == ndim;
@@ -406,6 +406,13 @@ dk_status safetensors_read_f32(const st_reader *r, const char *name, int ndim, c
         fmt_shape(got, sizeof got, t->ndim, t->shape);
         return dk_fail(DK_ERR_RUNTIME, "%s: tensor '%s': expected shape %s, got %s", t->file, name, want, got);
     }
+    *out = t;
+    return DK_OK;
+}
+
+dk_status safetensors_read_f32(const st_reader *r, const char *name, int ndim, const int64_t *shape, float *out) {
+    const st_tensor *t;
+    DK_TRY(safetensors_check(r, name, ndim, shape, &t));
     safetensors_tensor_to_f32(t, out);
     return DK_OK;
 }
@@ -418,7 +425,8 @@ static size_t entry_numel(const st_entry *e) {
     return n;
 }
 
-static dk_status check_entries(const char *path, const st_entry *t, int n) {
+/* NEED_DATA: 0 when only the layout is planned (data pointers may be NULL). */
+static dk_status check_entries(const char *path, const st_entry *t, int n, int need_data) {
     for (int i = 0; i < n; i++) {
         if (!t[i].name || !t[i].name[0]) return dk_fail(DK_ERR_RUNTIME, "%s: tensor %d has an empty name", path, i);
         if (!strcmp(t[i].name, "__metadata__"))
@@ -427,7 +435,7 @@ static dk_status check_entries(const char *path, const st_entry *t, int n) {
             return dk_fail(DK_ERR_RUNTIME, "%s: tensor '%s' has %d dimensions", path, t[i].name, t[i].ndim);
         for (int d = 0; d < t[i].ndim; d++)
             if (t[i].shape[d] < 0) return dk_fail(DK_ERR_RUNTIME, "%s: tensor '%s' has a negative dimension", path, t[i].name);
-        if (!t[i].data && entry_numel(&t[i]) > 0)
+        if (need_data && !t[i].data && entry_numel(&t[i]) > 0)
             return dk_fail(DK_ERR_RUNTIME, "%s: tensor '%s' has no data", path, t[i].name);
         for (int j = 0; j < i; j++)
             if (!strcmp(t[i].name, t[j].name)) return dk_fail(DK_ERR_RUNTIME, "%s: tensor '%s' given twice", path, t[i].name);
@@ -465,6 +473,18 @@ static char *build_header(const st_entry *t, int n, st_dtype dtype, size_t *len)
     return out;
 }
 
+void safetensors_convert_f32(const float *src, size_t n, st_dtype dtype, void *dst) {
+    if (dtype == ST_F32) {
+        if (n) memcpy(dst, src, n * 4);
+        return;
+    }
+    uint16_t *out = dst;
+    if (dtype == ST_BF16)
+        for (size_t j = 0; j < n; j++) out[j] = st_f32_to_bf16(src[j]);
+    else
+        for (size_t j = 0; j < n; j++) out[j] = st_f32_to_f16(src[j]);
+}
+
 static dk_status write_tensors(FILE *f, const char *path, const st_entry *t, int n, st_dtype dtype) {
     enum { CHUNK = 1 << 16 };
     uint16_t *buf = dtype == ST_F32 ? NULL : dk_malloc(CHUNK * sizeof *buf);
@@ -478,11 +498,7 @@ static dk_status write_tensors(FILE *f, const char *path, const st_entry *t, int
         }
         for (size_t k = 0; k < numel && s == DK_OK; k += CHUNK) {
             size_t m = numel - k < CHUNK ? numel - k : CHUNK;
-            const float *src = t[i].data + k;
-            if (dtype == ST_BF16)
-                for (size_t j = 0; j < m; j++) buf[j] = st_f32_to_bf16(src[j]);
-            else
-                for (size_t j = 0; j < m; j++) buf[j] = st_f32_to_f16(src[j]);
+            safetensors_convert_f32(t[i].data + k, m, dtype, buf);
             if (fwrite(buf, 2, m, f) != m)
                 s = dk_fail(DK_ERR_RUNTIME, "%s: write failed at tensor '%s': %s", path, t[i].name, strerror(errno));
         }
@@ -492,7 +508,7 @@ static dk_status write_tensors(FILE *f, const char *path, const st_entry *t, int
 }
 
 dk_status safetensors_write_file(const char *path, const st_entry *t, int n, st_dtype dtype) {
-    DK_TRY(check_entries(path, t, n));
+    DK_TRY(check_entries(path, t, n, 1));
     size_t hlen;
     char *hdr = build_header(t, n, dtype, &hlen);
     FILE *f = fopen(path, "wb");
@@ -512,6 +528,63 @@ dk_status safetensors_write_file(const char *path, const st_entry *t, int n, st_
     return s;
 }
 
+/* ---- layout: where every byte goes, before any is written ----------------------- */
+
+dk_status safetensors_layout_plan(st_layout *l, const st_entry *t, int n, st_dtype dtype, size_t max_shard_bytes) {
+    memset(l, 0, sizeof *l);
+    DK_TRY(check_entries("safetensors layout", t, n, 0));
+    l->dtype = dtype;
+    l->n_entries = n;
+    l->first = dk_malloc((size_t)(n + 1) * sizeof *l->first);
+    l->file_of = dk_malloc((size_t)(n ? n : 1) * sizeof *l->file_of);
+    l->offset = dk_malloc((size_t)(n ? n : 1) * sizeof *l->offset);
+    size_t es = safetensors_dtype_size(dtype), cur = 0;
+    /* Greedy in order: a file takes entries until the next would pass the limit
+     * (a tensor larger than the limit gets a file of its own). */
+    for (int i = 0; i < n; i++) {
+        size_t nb = entry_numel(&t[i]) * es;
+        if (l->n_files == 0 || (max_shard_bytes > 0 && cur > 0 && cur + nb > max_shard_bytes)) {
+            l->first[l->n_files++] = i;
+            cur = 0;
+        }
+        cur += nb;
+        l->total_bytes += nb;
+    }
+    if (l->n_files == 0) l->first[l->n_files++] = 0; /* no tensors: one empty file */
+    l->first[l->n_files] = n;
+    l->header = dk_calloc((size_t)l->n_files, sizeof *l->header);
+    l->header_len = dk_calloc((size_t)l->n_files, sizeof *l->header_len);
+    l->file_size = dk_calloc((size_t)l->n_files, sizeof *l->file_size);
+    for (int k = 0; k < l->n_files; k++) {
+        int a = l->first[k], b = l->first[k + 1];
+        l->header[k] = build_header(t + a, b - a, dtype, &l->header_len[k]);
+        size_t pos = 8 + l->header_len[k];
+        for (int i = a; i < b; i++) {
+            l->file_of[i] = k;
+            l->offset[i] = pos;
+            pos += entry_numel(&t[i]) * es;
+        }
+        l->file_size[k] = pos;
+    }
+    return DK_OK;
+}
+
+void safetensors_layout_free(st_layout *l) {
+    for (int k = 0; k < l->n_files && l->header; k++) free(l->header[k]);
+    free(l->header);
+    free(l->header_len);
+    free(l->file_size);
+    free(l->first);
+    free(l->file_of);
+    free(l->offset);
+    memset(l, 0, sizeof *l);
+}
+
+void safetensors_layout_file_name(const st_layout *l, int k, char *buf, size_t cap) {
+    if (l->n_files <= 1) snprintf(buf, cap, "model.safetensors");
+    else snprintf(buf, cap, "model-%05d-of-%05d.safetensors", k + 1, l->n_files);
+}
+
 static dk_status remove_stale(const char *dir, const char *name) {
     char *p = path_join(dir, name);
     dk_status s = DK_OK;
@@ -520,54 +593,70 @@ static dk_status remove_stale(const char *dir, const char *name) {
     return s;
 }
 
-dk_status safetensors_write_dir(const char *dir, const st_entry *t, int n, st_dtype dtype, size_t max_shard_bytes) {
-    DK_TRY(dk_mkdirs(dir));
-    DK_TRY(check_entries(dir, t, n));
-    size_t es = safetensors_dtype_size(dtype), total = 0;
-    /* Greedy in order: shard k holds entries [first[k], first[k+1]). */
-    int *first = dk_malloc((size_t)(n + 1) * sizeof *first);
-    int n_shards = 0;
-    size_t cur = 0;
-    for (int i = 0; i < n; i++) {
-        size_t nb = entry_numel(&t[i]) * es;
-        if (n_shards == 0 || (max_shard_bytes > 0 && cur > 0 && cur + nb > max_shard_bytes)) {
-            first[n_shards++] = i;
-            cur = 0;
-        }
-        cur += nb;
-        total += nb;
-    }
-    first[n_shards] = n;
-    dk_status s = DK_OK;
-    if (n_shards <= 1) {
-        char *p = path_join(dir, "model.safetensors");
-        s = safetensors_write_file(p, t, n, dtype);
-        free(p);
-        if (s == DK_OK) s = remove_stale(dir, "model.safetensors.index.json");
-        free(first);
-        return s;
-    }
+/* DIR/model.safetensors.index.json for a layout of several files. */
+static dk_status write_index(const st_layout *l, const st_entry *t, const char *dir) {
     cJSON *idx = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(idx, "metadata");
-    cJSON_AddItemToObject(meta, "total_size", cJSON_CreateNumber((double)total));
+    cJSON_AddItemToObject(meta, "total_size", cJSON_CreateNumber((double)l->total_bytes));
     cJSON *wm = cJSON_AddObjectToObject(idx, "weight_map");
-    for (int k = 0; k < n_shards && s == DK_OK; k++) {
+    for (int i = 0; i < l->n_entries; i++) {
         char name[64];
-        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n_shards);
-        char *p = path_join(dir, name);
-        s = safetensors_write_file(p, t + first[k], first[k + 1] - first[k], dtype);
-        free(p);
-        for (int i = first[k]; i < first[k + 1]; i++) cJSON_AddStringToObject(wm, t[i].name, name);
+        safetensors_layout_file_name(l, l->file_of[i], name, sizeof name);
+        cJSON_AddStringToObject(wm, t[i].name, name);
     }
-    if (s == DK_OK) {
-        char *text = cJSON_Print(idx);
-        char *p = path_join(dir, "model.safetensors.index.json");
-        s = dk_write_file(p, text, strlen(text));
-        free(p);
-        cJSON_free(text);
-    }
+    char *text = cJSON_Print(idx);
+    char *p = path_join(dir, "model.safetensors.index.json");
+    dk_status s = dk_write_file(p, text, strlen(text));
+    free(p);
+    cJSON_free(text);
     cJSON_Delete(idx);
-    free(first);
-    if (s == DK_OK) s = remove_stale(dir, "model.safetensors");
+    return s;
+}
+
+/* The index of a sharded set, or the removal of a stale one beside a single file. */
+static dk_status finish_dir(const st_layout *l, const st_entry *t, const char *dir) {
+    if (l->n_files <= 1) return remove_stale(dir, "model.safetensors.index.json");
+    DK_TRY(write_index(l, t, dir));
+    return remove_stale(dir, "model.safetensors");
+}
+
+dk_status safetensors_layout_create(const st_layout *l, const st_entry *t, const char *dir) {
+    DK_TRY(dk_mkdirs(dir));
+    for (int k = 0; k < l->n_files; k++) {
+        char name[64];
+        safetensors_layout_file_name(l, k, name, sizeof name);
+        char *p = path_join(dir, name);
+        dk_status s = DK_OK;
+        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) s = dk_fail(DK_ERR_RUNTIME, "%s: cannot create: %s", p, strerror(errno));
+        uint64_t n64 = (uint64_t)l->header_len[k];
+        if (s == DK_OK && (pwrite(fd, &n64, 8, 0) != 8 ||
+                           pwrite(fd, l->header[k], l->header_len[k], 8) != (ssize_t)l->header_len[k]))
+            s = dk_fail(DK_ERR_RUNTIME, "%s: write failed in the header: %s", p, strerror(errno));
+        /* The data region reads as zeros until the ranks fill it. */
+        if (s == DK_OK && ftruncate(fd, (off_t)l->file_size[k]) != 0)
+            s = dk_fail(DK_ERR_RUNTIME, "%s: cannot size to %zu bytes: %s", p, l->file_size[k], strerror(errno));
+        if (fd >= 0 && close(fd) != 0 && s == DK_OK) s = dk_fail(DK_ERR_RUNTIME, "%s: close failed: %s", p, strerror(errno));
+        free(p);
+        DK_TRY(s);
+    }
+    return finish_dir(l, t, dir);
+}
+
+dk_status safetensors_write_dir(const char *dir, const st_entry *t, int n, st_dtype dtype, size_t max_shard_bytes) {
+    DK_TRY(dk_mkdirs(dir));
+    DK_TRY(check_entries(dir, t, n, 1));
+    st_layout l;
+    DK_TRY(safetensors_layout_plan(&l, t, n, dtype, max_shard_bytes));
+    dk_status s = DK_OK;
+    for (int k = 0; k < l.n_files && s == DK_OK; k++) {
+        char name[64];
+        safetensors_layout_file_name(&l, k, name, sizeof name);
+        char *p = path_join(dir, name);
+        s = safetensors_write_file(p, t + l.first[k], l.first[k + 1] - l.first[k], dtype);
+        free(p);
+    }
+    if (s == DK_OK) s = finish_dir(&l, t, dir);
+    safetensors_layout_free(&l);
     return s;
 }

@@ -62,6 +62,8 @@ void safetensors_tensor_to_f32_range(const st_tensor *t, size_t first, size_t co
 /* Finds NAME, checks its shape equals SHAPE[0..ndim) and converts it into OUT.
  * Errors name the file and the tensor: "missing" or "expected [..], got [..]". */
 dk_status safetensors_read_f32(const st_reader *r, const char *name, int ndim, const int64_t *shape, float *out);
+/* The same checks without the conversion: *out is the tensor. */
+dk_status safetensors_check(const st_reader *r, const char *name, int ndim, const int64_t *shape, const st_tensor **out);
 
 const char *safetensors_dtype_name(st_dtype d); /* "F32", "F16", "BF16" */
 size_t safetensors_dtype_size(st_dtype d);
@@ -95,5 +97,37 @@ dk_status safetensors_write_file(const char *path, const st_entry *t, int n, st_
  * model.safetensors or index from an earlier save in DIR is removed so that
  * loaders do not pick it up instead. */
 dk_status safetensors_write_dir(const char *dir, const st_entry *t, int n, st_dtype dtype, size_t max_shard_bytes);
+
+/* Converts N fp32 values to DTYPE bytes at DST (round-to-nearest-even). */
+void safetensors_convert_f32(const float *src, size_t n, st_dtype dtype, void *dst);
+
+/* Where every byte of a set of tensors goes, before any is written: which
+ * file holds each tensor, every file's header and size, each tensor's byte
+ * offset in its file. It depends only on the entries' names and shapes (their
+ * data may be NULL), the dtype and the shard limit, so ranks that each hold a
+ * part of the data compute the same layout alone and write their parts in
+ * parallel; safetensors_write_dir writes through the same layout, so the two
+ * give the same bytes. */
+typedef struct {
+    st_dtype dtype;
+    int n_entries, n_files;
+    int *first;         /* file k holds entries [first[k], first[k+1]) */
+    int *file_of;       /* entry i's file */
+    size_t *offset;     /* entry i's data: byte offset from the start of its file */
+    char **header;      /* file k's JSON header, padded with spaces to 8 bytes */
+    size_t *header_len;
+    size_t *file_size;  /* 8 + header_len + the data */
+    size_t total_bytes; /* tensor bytes of all files (the index's total_size) */
+} st_layout;
+
+/* Same grouping as safetensors_write_dir (MAX_SHARD_BYTES 0: one file). */
+dk_status safetensors_layout_plan(st_layout *l, const st_entry *t, int n, st_dtype dtype, size_t max_shard_bytes);
+void safetensors_layout_free(st_layout *l);
+/* File k's name: "model.safetensors" when alone, else model-0000k-of-0000n. */
+void safetensors_layout_file_name(const st_layout *l, int k, char *buf, size_t cap);
+/* Creates every file of the layout in DIR at its final size with its header
+ * (the data reads as zeros until written), plus the index for several files;
+ * removes a stale single file or index as safetensors_write_dir does. */
+dk_status safetensors_layout_create(const st_layout *l, const st_entry *t, const char *dir);
 
 #endif

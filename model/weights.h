@@ -12,6 +12,34 @@
 #include "common/error.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/safetensors.h"
+
+/* The units of params.h in their global order: the embedding (0), decoder
+ * layer l (1 + l), the final norm (n_layers + 1) and, when untied, the lm
+ * head (n_layers + 2). ZeRO-3 shards each one (dist/shard.h). */
+int weights_n_units(const model_config *c);
+size_t weights_unit_size(const model_config *c, const param_layout *pl, int unit);
+float *weights_unit_ptr(const model_config *c, const param_buffers *b, int unit); /* fp32 host buffers */
+
+/* One HF tensor: a contiguous range [offset, offset + numel) of one unit.
+ * w_gate_up is two slots (gate_proj rows, then up_proj rows); a tied head has
+ * none (the embedding is the head). */
+typedef struct {
+    char name[96];
+    int unit;
+    size_t offset, numel;
+    int ndim;
+    int64_t shape[2];
+} weights_slot;
+
+/* At most this many slots for the config. */
+int weights_max_slots(const model_config *c);
+/* Fills S in HF file order, which is also (unit, offset) order: the slots
+ * tile every unit front to back. Returns the count. */
+int weights_slots(const model_config *c, const param_layout *pl, weights_slot *s);
+/* The slots as safetensors entries (names point into S); data is the slot's
+ * range of HOST, or NULL without HOST. Free the result. */
+st_entry *weights_entries(const model_config *c, const weights_slot *s, int n, const param_buffers *host);
 
 /* Fills HOST (fp32 host buffers, elem_size 4, allocated for this layout) from
  * DIR (model.safetensors or a sharded set with its index). A missing tensor, a
@@ -27,5 +55,8 @@ dk_status weights_load_hf(const char *dir, const model_config *c, const param_la
  * from_pretrained(DIR) loads it. Creates DIR when needed. */
 dk_status weights_save_hf(const char *dir, const model_config *c, const param_layout *pl, const param_buffers *host,
                           const char *dtype, size_t max_shard_bytes);
+
+/* Writes DIR/config.json (creating DIR) for weights saved as DT. */
+dk_status weights_save_config(const char *dir, const model_config *c, st_dtype dt);
 
 #endif

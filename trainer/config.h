@@ -104,6 +104,7 @@ typedef struct dk_config {
     struct {
         int every, keep;
         char resume[DK_CONFIG_STR];
+        bool overwrite; /* resume = none on a run dir with checkpoints: delete them (else refuse) */
     } ckpt;
     struct {
         dk_comm_backend backend;

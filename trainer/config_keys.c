@@ -178,7 +178,10 @@ const config_key config_keys[] = {
     K_INT(ckpt, every, "50", CR_NONNEG, "write a checkpoint every this many steps (0: only at the end)"),
     K_INT(ckpt, keep, "3", CR_NONNEG, "keep the newest this many checkpoints (0: keep all)"),
     K_STRING(ckpt, resume, "auto",
-             "auto: continue from the newest complete checkpoint in run.dir; none: start fresh; or a checkpoint path"),
+             "auto: continue from the newest complete checkpoint in run.dir that passes its checksums; none: start "
+             "fresh (refused when run.dir has checkpoints, unless overwrite); or a checkpoint path"),
+    K_BOOL(ckpt, overwrite, "false", 0,
+           "with resume = none: delete the checkpoints already in run.dir and start clean (false: refuse to start)"),
 
     K_ENUM(dist, backend, dk_comm_backend, config_comm_backend_names, "auto",
            "collectives between ranks: nccl (GPU buffers, one GPU per rank), mpi (host buffers: the CPU backend, "
