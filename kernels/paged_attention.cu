@@ -32,7 +32,6 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/mma_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 #include "kernels/paged_common.cuh"
 
 #define PA_KT 64      /* keys per stage */

@@ -32,7 +32,6 @@
 #include <pthread.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 #include "kernels/paged_common.cuh"
 
 namespace cg = cooperative_groups;

@@ -15,7 +15,6 @@
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 
 #define QC_WARPS 4
 #define QC_PAIRS 8 /* rotation pairs per lane: D <= 2 * 32 * QC_PAIRS */

@@ -27,7 +27,6 @@
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 #include "kernels/sample_common.h"
 
 #define SAMPLE_THREADS 1024

@@ -29,7 +29,7 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
-#include "kernels/ops_cuda_infer.h"
+#include "kernels/ops_cuda.h"
 #ifdef DK_HAVE_CUDA_OPS
 #define force_paged_kernel cuda_paged_attention_force
 #else /* no CUDA kernels to pin: the test skips in such builds */

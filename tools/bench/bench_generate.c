@@ -45,7 +45,6 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "kernels/ops_cuda.h"
-#include "kernels/ops_cuda_infer.h"
 #include "model/gen_forward.h"
 #include "model/generate.h"
 #include "model/kv_cache.h"
