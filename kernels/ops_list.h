@@ -75,8 +75,6 @@ DK_OP(cast_act_to_f32, (ops_ctx *ctx, float *dst, const void *src, size_t n), (c
 
 /* y += x (act). */
 DK_OP(add, (ops_ctx *ctx, void *y, const void *x, size_t n), (ctx, y, x, n))
-/* x *= s. */
-DK_OP(scale_f32, (ops_ctx *ctx, float *x, size_t n, float s), (ctx, x, n, s))
 /* Sum of squares of an fp32 buffer, returned to the host (synchronises). */
 DK_OP_RET(double, sumsq, (ops_ctx *ctx, const float *x, size_t n), (ctx, x, n))
 
