@@ -184,7 +184,7 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
      * H200 it beats cuBLASLt's fp32 detour below (M=64 N=2048 K=6144: 17.6
      * against 24.6 us) but not cuBLASLt on wider, shorter products (q|k|v,
      * gate|up, lm head), so it takes only the shapes of that detour. */
-    if ((long_k || cuda_matmul_skinny_all()) &&
+    if ((long_k || ctx->tuning.skinny_all) &&
         cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
         return;
     if (long_k && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {

@@ -29,6 +29,48 @@
 
 typedef enum { DK_DEVICE_CPU = 0, DK_DEVICE_CUDA = 1 } dk_device;
 
+/* ops_paged_attention's kernels on CUDA (paged_attention.cu): the warp
+ * kernel for few query rows per sequence (paged_decode.cu), the
+ * tensor-core kernel, and the plain one for other head dims. */
+typedef enum { OPS_PAGED_AUTO = 0, OPS_PAGED_DECODE, OPS_PAGED_MMA, OPS_PAGED_PLAIN } ops_paged_kernel;
+
+/* Choices the CUDA backend otherwise makes per call, pinned by the
+ * benchmarks that compare them and the tests that run every path. All 0,
+ * as ops_ctx_init leaves them, is the automatic choice, which the trainer
+ * and the generation engine run with; the CPU backend reads none of them.
+ * A value outside a field's range aborts the op that reads it, naming the
+ * field. A captured graph (ops_graph_capture) keeps the choices made while
+ * it was captured. */
+typedef struct ops_tuning {
+    /* Blocks of a few-row product (M <= 8 rows times W^T: ops_matmul and
+     * ops_rmsnorm_matmul*, gemv_common.cuh) a multiprocessor holds, as a
+     * share of the most it can: 0 all of it, -1 a block for every group of
+     * columns however many waves that makes, n >= 1 1/n of it. */
+    int gemv_residency;
+    /* Split-K count of the 9..64-row products (matmul_skinny.cu): 0 chosen
+     * per call, n >= 1 pinned (at most K / 64, fewer where the partial sums
+     * outgrow the scratch). */
+    int skinny_splits;
+    /* 1: the skinny kernel takes every product it can (9..64 rows times
+     * W^T, K % 64 == 0), not only those with a long K. */
+    int skinny_all;
+    /* ops_paged_attention's kernel (ops_paged_kernel): OPS_PAGED_AUTO
+     * chosen per call. A pinned kernel that cannot serve a call gives way:
+     * head dims other than 32, 64, 128, 256 or unaligned buffers take the
+     * plain kernel, query groups the warp kernel cannot hold the
+     * tensor-core one. */
+    int paged_kernel;
+    /* The warp kernel's plan: decode_warps a CTA (4, or 8) and
+     * decode_splits along the context (1 up to the cluster size; 0 is 1).
+     * decode_warps 0 chooses both per call, and so does 8 where a query
+     * group is too wide for 8 warps. */
+    int decode_warps;
+    int decode_splits;
+    /* 1: the decode-step kernels start as ordinary launches rather than
+     * programmatic dependent ones (cuda_common.cuh). */
+    int no_pdl;
+} ops_tuning;
+
 typedef struct ops_ctx {
     dk_device device;
     int gpu;              /* CUDA device ordinal */
@@ -40,6 +82,7 @@ typedef struct ops_ctx {
     size_t scratch_size;
     void *lane[2];        /* cudaStream_t: the copy lanes up and down (ops_upload_lane), made on first use */
     void *lane_ev[2];     /* cudaEvent_t: their joins with `stream` */
+    ops_tuning tuning;    /* pinned kernel choices for benchmarks and tests; all 0: automatic */
 } ops_ctx;
 
 /* A point the host can wait for (ops_download_lane records it behind its
@@ -68,7 +111,9 @@ typedef struct {
  * freeing one accepts NULL, and the rest take no context. */
 
 /* Creates a context on a device; CUDA fails (DK_ERR_RUNTIME, message says why)
- * where the binary was built without CUDA or no GPU is visible. */
+ * where the binary was built without CUDA or no GPU is visible. The context
+ * starts with every ops_tuning field 0 (automatic); a caller may set them
+ * after this returns. */
 dk_status ops_ctx_init(ops_ctx *ctx, dk_device device, int gpu, size_t scratch_bytes);
 void ops_ctx_free(ops_ctx *ctx);
 /* 1 when a CUDA GPU can be used. Tests and benchmarks ask it to skip (exit

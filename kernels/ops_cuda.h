@@ -43,36 +43,14 @@ void cuda_ctx_free(ops_ctx *ctx);
 #define DK_OP_RET(type, name, params, args) type cuda_##name params;
 #include "kernels/ops_list.h"
 
-/* matmul_gemv.cu: 1 when it computed the product (M <= 8 rows times W^T), 0 to leave it to cuBLASLt */
+/* Kernels of ops_matmul beside cuBLASLt, for products x W^T: 1 when they
+ * computed it, 0 to leave it to cuBLASLt. matmul_gemv.cu takes M <= 8 rows,
+ * matmul_skinny.cu 9 to 64 rows (K % 64 == 0). Their grids and split counts
+ * can be pinned through ctx->tuning (ops.h). */
 int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                      int trans_a, int trans_b, float alpha, float beta);
-/* Pins the few-row products' grid for benchmarks: 0 chosen per call, -1 a
- * block for every group of columns, n >= 1 a 1/n share of the blocks a
- * multiprocessor holds (gemv_common.cuh) */
-void cuda_gemv_force_residency(int share);
-/* matmul_skinny.cu: the same for 9 to 64 rows times W^T (K % 64 == 0);
- * force_splits pins the split-K count for benchmarks (0: chosen per call) */
 int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                        int trans_a, int trans_b, float alpha, float beta);
-void cuda_matmul_skinny_force_splits(int n);
-/* force_all routes every product it can take (9..64 rows, K % 64 == 0) to
- * it instead of only the long-K ones, for benchmarks comparing it with
- * cuBLASLt shape by shape */
-void cuda_matmul_skinny_force_all(int on);
-int cuda_matmul_skinny_all(void);
-
-/* memory.cu: programmatic dependent launch of the decode-step kernels
- * (cuda_common.cuh); on by default, a benchmark turns it off to measure it */
-void cuda_pdl_set(int on);
-
-/* paged_attention.cu: cuda_paged_attention_force pins one kernel for every
- * later call (tests and benchmarks compare them); PA_KERNEL_AUTO restores
- * the choice. */
-enum { PA_KERNEL_AUTO, PA_KERNEL_DECODE, PA_KERNEL_MMA, PA_KERNEL_PLAIN };
-void cuda_paged_attention_force(int kind);
-/* paged_decode.cu: pins the decode kernel's warps a CTA (4 or 8) and splits
- * (at most the cluster size) for a benchmark; 0, 0 restores the choice. */
-void cuda_paged_decode_force(int nw, int nsplit);
 
 #ifdef __cplusplus
 }

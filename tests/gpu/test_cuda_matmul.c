@@ -21,11 +21,6 @@
  * bias backward sums bf16 values in fp32 in another order than the CPU's
  * double sums: 1e-5 relative to the largest column sum of |dy|. */
 #include "tests/gpu/test_cuda_common.h"
-#ifdef DK_HAVE_CUDA_OPS
-#include "kernels/ops_cuda.h"
-#else /* no CUDA kernels to pin: the test skips in such builds */
-static void cuda_gemv_force_residency(int share) { (void)share; }
-#endif
 
 static double run_case(ctx_pair *p, int M, int N, int K, int ta, int tb, int c_f32, float alpha, float beta,
                        int shift, int nan_c) {
@@ -108,10 +103,10 @@ static void check_matmul(ctx_pair *p) {
      * smallest grid (every warp walking many columns). */
     const int residency[] = {0, -1, 64};
     for (int g = 0; g < 3; g++) {
-        cuda_gemv_force_residency(residency[g]);
+        p->gpu.tuning.gemv_residency = residency[g];
         run_rows_wt(p, gemv, sizeof gemv / sizeof gemv[0], &worst, &cases);
     }
-    cuda_gemv_force_residency(0);
+    p->gpu.tuning.gemv_residency = 0;
     /* 9 to 64 rows times W^T with a long K (matmul_skinny.cu for K % 64 ==
      * 0 and K > 2 (M + N); split-K where the columns alone leave SMs idle):
      * partial 16-row tiles, column counts off the 64-column tile; and

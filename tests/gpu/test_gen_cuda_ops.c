@@ -29,15 +29,12 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
-#include "kernels/ops_cuda.h"
-#ifdef DK_HAVE_CUDA_OPS
-#define force_paged_kernel cuda_paged_attention_force
-#else /* no CUDA kernels to pin: the test skips in such builds */
-static void force_paged_kernel(int kind) { (void)kind; }
-#endif
 #include "../unit/test_ops_common.h"
 
 static ops_ctx cpu, gpu;
+
+/* The paged attention kernel the GPU context's calls take (ops_tuning). */
+static void pin_paged_kernel(int kind) { gpu.tuning.paged_kernel = kind; }
 
 /* Rounds to bf16 (nearest even), in place: the values both backends see. */
 static void round_bf16(float *x, size_t n) {
@@ -125,14 +122,14 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
     CHECK(kv_same, "%s: kv_write differs from the CPU op", what);
     /* The kernel the op picks, then each kernel that can serve the shape
      * pinned in turn (the warp kernel for few queries, the tensor-core one). */
-    static const int kinds[] = {PA_KERNEL_AUTO, PA_KERNEL_DECODE, PA_KERNEL_MMA};
+    static const int kinds[] = {OPS_PAGED_AUTO, OPS_PAGED_DECODE, OPS_PAGED_MMA};
     static const char *kind_names[] = {"auto", "warp", "mma"};
     for (int k = 0; k < 3; k++) {
         if (k > 0 && D % 32 != 0) continue; /* the plain kernel serves these */
-        if (kinds[k] == PA_KERNEL_DECODE && Hq / Hkv > 8) continue;
-        force_paged_kernel(kinds[k]);
+        if (kinds[k] == OPS_PAGED_DECODE && Hq / Hkv > 8) continue;
+        pin_paged_kernel(kinds[k]);
         ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
-        force_paged_kernel(PA_KERNEL_AUTO);
+        pin_paged_kernel(OPS_PAGED_AUTO);
         ops_download_act(&gpu, out_g, d_out, (size_t)T * qrow);
         double mx = max_abs_diff(out_g, out_c, (size_t)T * qrow), mean = 0.0;
         for (size_t i = 0; i < (size_t)T * qrow; i++) mean += fabs((double)out_g[i] - out_c[i]);
@@ -141,13 +138,13 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
                what, Hq, Hkv, D, P, T, kv_same ? "exact" : "DIFFERENT", kind_names[k], mx, mean);
         CHECK(mx <= 2e-2 && mean <= 2e-3, "%s (%s kernel): paged attention max|diff| %.3e mean %.3e", what,
               kind_names[k], mx, mean);
-        if (kinds[k] == PA_KERNEL_DECODE) {
+        if (kinds[k] == OPS_PAGED_DECODE) {
             /* The warp kernel merges its splits in a cluster, in split
              * order: a second launch gives the same bits. */
             float *again = dk_malloc((size_t)T * qrow * 4);
-            force_paged_kernel(PA_KERNEL_DECODE);
+            pin_paged_kernel(OPS_PAGED_DECODE);
             ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
-            force_paged_kernel(PA_KERNEL_AUTO);
+            pin_paged_kernel(OPS_PAGED_AUTO);
             ops_download_act(&gpu, again, d_out, (size_t)T * qrow);
             CHECK(!memcmp(again, out_g, (size_t)T * qrow * 4), "%s (warp kernel): a second launch differs", what);
             free(again);
