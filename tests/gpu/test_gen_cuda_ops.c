@@ -20,7 +20,9 @@
  *   between the two math libraries): at least 99.9% of draws agree, greedy
  *   always; logprobs agree to 2e-5. The GPU's empirical frequencies pass the
  *   same chi-square test as the CPU's, with top-k / top-p over a 151936-token
- *   vocabulary. */
+ *   vocabulary.
+ * - a pinned paged attention kernel or decode plan out of range
+ *   (ops_tuning.paged_kernel, decode_warps) aborts naming the field. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,7 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 #include "../unit/test_ops_common.h"
+#include "tests/expect_abort.h"
 
 static ops_ctx cpu, gpu;
 
@@ -384,6 +387,40 @@ static void test_sample(void) {
     gpu_chi2(20000, 0.2f, 0, 1.0f, 20000);
 }
 
+/* A decode step (4 sequences, one query each of 8 heads on 2 KV heads,
+ * 16 cached tokens of D = 128) whose pinned kernel choice is out of range,
+ * run in a child that aborts before any launch. */
+typedef struct {
+    void *q, *out, *kc, *vc;
+    int32_t *bt, *lens, *cu;
+} paged_call;
+
+static void paged_decode_call(paged_call *c) {
+    ops_paged_attention(&gpu, c->out, c->q, c->kc, c->vc, c->bt, 1, c->lens, c->cu, 4, 4, 8, 2, 128, 16,
+                        0.0883883f);
+}
+static void bad_paged_kernel(void *arg) {
+    gpu.tuning.paged_kernel = 4;
+    paged_decode_call(arg);
+}
+static void bad_decode_warps(void *arg) {
+    gpu.tuning.decode_warps = 6;
+    paged_decode_call(arg);
+}
+
+static void test_tuning_errors(void) {
+    const int32_t bt[4] = {0, 1, 2, 3}, lens[4] = {16, 16, 16, 16}, cu[5] = {0, 1, 2, 3, 4};
+    const size_t qo = (size_t)4 * 8 * 128 * 2, kv = (size_t)4 * 16 * 2 * 128 * 2;
+    paged_call c = {ops_alloc(&gpu, qo), ops_alloc(&gpu, qo), ops_alloc(&gpu, kv), ops_alloc(&gpu, kv),
+                    gpu_copy(bt, sizeof bt), gpu_copy(lens, sizeof lens), gpu_copy(cu, sizeof cu)};
+    CHECK(expect_abort("paged_kernel 4", bad_paged_kernel, &c, "ops_tuning.paged_kernel"),
+          "ops_paged_attention with paged_kernel = 4 must abort naming the field");
+    CHECK(expect_abort("decode_warps 6", bad_decode_warps, &c, "ops_tuning.decode_warps"),
+          "a decode step with decode_warps = 6 must abort naming the field");
+    void *bufs[] = {c.q, c.out, c.kc, c.vc, c.bt, c.lens, c.cu};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(&gpu, bufs[i]);
+}
+
 int main(void) {
     if (device_count() == 0 || !ops_cuda_available()) {
         printf("test_gen_cuda_ops: no CUDA GPU or no CUDA op table in this build, skipped\n");
@@ -396,6 +433,7 @@ int main(void) {
     test_paged();
     test_qkv_to_cache();
     test_sample();
+    test_tuning_errors();
     ops_ctx_free(&gpu);
     ops_ctx_free(&cpu);
     return test_finish("test_gen_cuda_ops");
