@@ -1,8 +1,9 @@
 /* test_ops_elementwise.c: the CPU backend's context, memory functions and
  * small ops, and the dispatcher's refusal of a device the build cannot run.
- * - ops_ctx_init: CPU works (scratch of the asked size, act size 4); CUDA
- *   fails with DK_ERR_RUNTIME and a message wherever ops_cuda_available()
- *   says no GPU backend is usable; ops_parse_device / ops_device_name;
+ * - ops_ctx_init: CPU works (scratch of the asked size, act size 4, every
+ *   ops_tuning field 0 whatever the struct held before); CUDA fails with
+ *   DK_ERR_RUNTIME and a message wherever ops_cuda_available() says no GPU
+ *   backend is usable; ops_parse_device / ops_device_name;
  * - alloc is zeroed, upload/download and the act casts round-trip bit for bit;
  * - add against hand values, bias forward/backward against a double
  *   loop (over the 256-column block boundary; dbias accumulates) and the
@@ -14,9 +15,12 @@
 
 static void test_context(void) {
     ops_ctx ctx;
+    memset(&ctx, 0xff, sizeof ctx); /* a caller's stack holds anything */
     CHECK(ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, 1000) == DK_OK, "cpu ctx: %s", dk_error());
     CHECK(ctx.device == DK_DEVICE_CPU && ctx.scratch && ctx.scratch_size == 1000, "cpu ctx scratch");
     CHECK(ops_act_size(&ctx) == 4, "cpu act size %zu", ops_act_size(&ctx));
+    const ops_tuning automatic = {0};
+    CHECK(!memcmp(&ctx.tuning, &automatic, sizeof automatic), "a new context's ops_tuning must be all 0 (automatic)");
     ops_ctx_free(&ctx);
 
     if (!ops_cuda_available()) {
