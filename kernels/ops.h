@@ -51,8 +51,8 @@ typedef struct ops_tuning {
      * per call, n >= 1 pinned (at most K / 64, fewer where the partial sums
      * outgrow the scratch). */
     int skinny_splits;
-    /* 1: the skinny kernel takes every product it can (9..64 rows times
-     * W^T, K % 64 == 0), not only those with a long K. */
+    /* Non-zero: the skinny kernel takes every product it can (9..64 rows
+     * times W^T, K % 64 == 0), not only those with a long K. */
     int skinny_all;
     /* ops_paged_attention's kernel (ops_paged_kernel): OPS_PAGED_AUTO
      * chosen per call. A pinned kernel that cannot serve a call gives way:
@@ -66,8 +66,8 @@ typedef struct ops_tuning {
      * group is too wide for 8 warps. */
     int decode_warps;
     int decode_splits;
-    /* 1: the decode-step kernels start as ordinary launches rather than
-     * programmatic dependent ones (cuda_common.cuh). */
+    /* Non-zero: the decode-step kernels start as ordinary launches rather
+     * than programmatic dependent ones (cuda_common.cuh). */
     int no_pdl;
 } ops_tuning;
 
