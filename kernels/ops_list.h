@@ -8,7 +8,8 @@
  * forwards. The context parameter is always named ctx, since the
  * dispatcher reads ctx->device. A new op, or a new parameter, is one edit
  * here plus the backends' definitions, which the compiler checks against
- * the prototypes generated from this list.
+ * the prototypes generated from this list; that args names the parameters
+ * in their order, which it cannot check, tests/unit/test_ops_list.py does.
  *
  * The file has no include guard: an includer defines DK_OP and DK_OP_RET,
  * includes it, and gets them undefined again at the end. Ops whose dispatch
