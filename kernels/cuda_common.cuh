@@ -253,14 +253,15 @@ __global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
     if (threadIdx.y == 0 && c < C) out[c] += sh[0][threadIdx.x];
 }
 
-/* Whether the decode-step kernels use it (memory.cu; see cuda_pdl_set), and
- * whether a launch over `rows` token rows does: only few-row steps gain. On
- * an H200 (bench_generate, Qwen3-1.7B shape) it took batch 1 at a 1k context
- * from 1.99 to 1.88 ms a token, while batch 64 lost 3% (3.41 -> 3.51 ms a
- * step). */
-int cuda_pdl_enabled(void);
+/* Whether a decode-step launch over `rows` token rows uses it: only
+ * few-row steps gain, and ctx->tuning.no_pdl turns it off (a benchmark
+ * measures it so). On an H200 (bench_generate, Qwen3-1.7B shape) it took
+ * batch 1 at a 1k context from 1.99 to 1.88 ms a token, while batch 64
+ * lost 3% (3.41 -> 3.51 ms a step). */
 #define CUDA_PDL_MAX_ROWS 8
-static inline int cuda_pdl_rows(long rows) { return rows <= CUDA_PDL_MAX_ROWS && cuda_pdl_enabled(); }
+static inline int cuda_pdl_rows(const ops_ctx *ctx, long rows) {
+    return rows <= CUDA_PDL_MAX_ROWS && !ctx->tuning.no_pdl;
+}
 
 /* cluster_y > 1: the grid's blocks form clusters of cluster_y along y
  * (above 8 the kernel must allow non-portable cluster sizes). */

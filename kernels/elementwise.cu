@@ -1,6 +1,6 @@
 /* elementwise.cu: the whole-buffer ops of the CUDA backend: fp32 <-> bf16
- * casts, the residual add, fp32 scaling (gradient clipping, loss scaling) and
- * the sum of squares behind the global gradient norm.
+ * casts, the residual add and the sum of squares behind the global gradient
+ * norm.
  *
  * Each kernel is a grid-stride loop over 16-byte vectors (8 bf16 or 4 fp32
  * per access), two vectors per step with both loads in flight before the
@@ -144,45 +144,6 @@ extern "C" void cuda_add(ops_ctx *ctx, void *y, const void *x, size_t n) {
     if (done < n) {
         add_bf16_scalar<<<grid_for(ctx, n - done, EW_THREADS, EW_WAVES), EW_THREADS, 0, st>>>((bf16 *)y,
                                                                                             (const bf16 *)x, done, n);
-        CUDA_LAUNCH_CHECK();
-    }
-}
-
-/* ---- x *= s (fp32) ----------------------------------------------------------------- */
-
-__global__ void scale_f32_vec(float *x, size_t n4, float s) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += 2 * stride) {
-        const size_t j = i + stride;
-        float4 v = __ldcs((const float4 *)x + i), w = j < n4 ? __ldcs((const float4 *)x + j) : make_float4(0, 0, 0, 0);
-        v.x *= s, v.y *= s, v.z *= s, v.w *= s;
-        __stcs((float4 *)x + i, v);
-        if (j < n4) {
-            w.x *= s, w.y *= s, w.z *= s, w.w *= s;
-            __stcs((float4 *)x + j, w);
-        }
-    }
-}
-
-__global__ void scale_f32_scalar(float *x, size_t i0, size_t n, float s) {
-    for (size_t i = i0 + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= s;
-}
-
-extern "C" void cuda_scale_f32(ops_ctx *ctx, float *x, size_t n, float s) {
-    if (!n) return;
-    cudaStream_t st = ctx_stream(ctx);
-    size_t done = 0;
-    if (is_aligned16(x)) {
-        size_t n4 = n / 4;
-        if (n4) {
-            scale_f32_vec<<<grid_for(ctx, n4, EW_THREADS, EW_WAVES), EW_THREADS, 0, st>>>(x, n4, s);
-            CUDA_LAUNCH_CHECK();
-        }
-        done = n4 * 4;
-    }
-    if (done < n) {
-        scale_f32_scalar<<<grid_for(ctx, n - done, EW_THREADS, EW_WAVES), EW_THREADS, 0, st>>>(x, done, n, s);
         CUDA_LAUNCH_CHECK();
     }
 }

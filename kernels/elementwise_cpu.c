@@ -1,6 +1,5 @@
 /* elementwise_cpu.c: the small whole-buffer ops of the CPU backend: residual
- * add, fp32 scaling (gradient clipping, loss scaling), the sum of squares
- * behind the global gradient norm, and the fp32 <-> act casts, which are
+ * add, the sum of squares behind the global gradient norm, and the fp32 <-> act casts, which are
  * copies here because act is float on this backend. */
 #include <string.h>
 
@@ -18,10 +17,6 @@ void cpu_add(ops_ctx *ctx, void *y_, const void *x_, size_t n) {
     float *y = y_;
     const float *x = x_;
     for (size_t i = 0; i < n; i++) y[i] += x[i];
-}
-
-void cpu_scale_f32(ops_ctx *ctx, float *x, size_t n, float s) {
-    for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
 /* Accumulated in double: the global gradient norm sums billions of squares of

@@ -21,9 +21,13 @@ extern "C" ops_event *cuda_event_new(ops_ctx *ctx) {
     return e;
 }
 
-extern "C" void cuda_event_sync(ops_event *e) { CUDA_CHECK(cudaEventSynchronize(e->ev)); }
+extern "C" void cuda_event_sync(ops_ctx *ctx, ops_event *e) {
+    (void)ctx;
+    CUDA_CHECK(cudaEventSynchronize(e->ev));
+}
 
-extern "C" void cuda_event_free(ops_event *e) {
+extern "C" void cuda_event_free(ops_ctx *ctx, ops_event *e) {
+    (void)ctx;
     if (!e) return;
     cudaEventDestroy(e->ev);
     free(e);

@@ -17,9 +17,12 @@ ops_event *cpu_event_new(ops_ctx *ctx) {
     return dk_calloc(1, sizeof(ops_event));
 }
 
-void cpu_event_sync(ops_event *e) { (void)e; }
+void cpu_event_sync(ops_ctx *ctx, ops_event *e) { (void)ctx, (void)e; }
 
-void cpu_event_free(ops_event *e) { free(e); }
+void cpu_event_free(ops_ctx *ctx, ops_event *e) {
+    (void)ctx;
+    free(e);
+}
 
 void cpu_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {
     (void)ctx;

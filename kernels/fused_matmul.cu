@@ -17,7 +17,6 @@
  * row). */
 #include "kernels/gemv_common.cuh"
 #include "kernels/ops_cuda.h"
-#include "kernels/ops_cuda_infer.h"
 
 /* N has no cap here, unlike the plain few-row product: the lm head of a
  * decode step comes this way with its final norm. */

@@ -233,19 +233,16 @@ static inline int gemv_ksplit(int K) {
     return batches >= 3 ? 4 : batches;
 }
 
-/* Blocks a multiprocessor holds of one product, as a share of the most it
- * could: 0 picks (gemv_grid), -1 gives every group a block of its own (one
- * column a warp), n >= 1 keeps 1/n of the most; benchmarks pin it
- * (cuda_gemv_force_residency, matmul_gemv.cu). */
-extern int cuda_gemv_residency;
-
 /* The grid of one product of `groups` column groups: what fits the
  * machine at once. In the batch-1 decode chain on an H200 (bench_generate
  * --chain) that was 1.160 ms, a block a group 1.195 and half of what fits
  * 1.307: the next product's blocks finding room beside this one's did not
- * make up for the loads this one no longer had in flight. */
+ * make up for the loads this one no longer had in flight. Benchmarks pin
+ * another share of what fits (ctx->tuning.gemv_residency, ops.h): -1 a
+ * block for every group (one column a warp), n >= 1 1/n of what fits. */
 static inline unsigned int gemv_grid(const ops_ctx *ctx, const void *kernel, size_t smem, int groups) {
-    const int share = cuda_gemv_residency;
+    const int share = ctx->tuning.gemv_residency;
+    if (share < -1) DK_ABORT("ops_tuning.gemv_residency = %d: expected -1, 0 or n >= 1", share);
     if (share < 0) return (unsigned int)groups;
     const int most = cuda_kernel_per_sm(ctx, kernel, GEMV_WARPS * 32, smem);
     const int den = share > 0 ? share : 1;
@@ -259,7 +256,7 @@ static void gemv_launch_ks(const ops_ctx *ctx, const gemv_args &p) {
     const void *k = (const void *)gemv_rows<M, PRO, NR, KS, F32OUT>;
     const size_t smem = PRO == GEMV_RMSNORM ? (size_t)M * p.K * sizeof(bf16) : 0;
     const dim3 blocks(gemv_grid(ctx, k, smem, (p.N + CPB - 1) / CPB)), threads(GEMV_WARPS * 32);
-    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, smem, p);
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(ctx, M), gemv_rows<M, PRO, NR, KS, F32OUT>, blocks, threads, smem, p);
 }
 
 template <int M, int PRO, int NR, bool F32OUT>

@@ -51,7 +51,8 @@ extern "C" void cuda_graph_launch(ops_ctx *ctx, ops_graph *g) {
     CUDA_CHECK(cudaGraphLaunch(g->exec, ctx_stream(ctx)));
 }
 
-extern "C" void cuda_graph_free(ops_graph *g) {
+extern "C" void cuda_graph_free(ops_ctx *ctx, ops_graph *g) {
+    (void)ctx;
     if (!g) return;
     cudaGraphExecDestroy(g->exec);
     cudaGraphDestroy(g->graph);

@@ -14,4 +14,4 @@ void cpu_graph_launch(ops_ctx *ctx, ops_graph *g) {
     DK_ABORT("ops_graph_launch: the CPU backend has no graphs (ops_graph_capture returned NULL)");
 }
 
-void cpu_graph_free(ops_graph *g) { (void)g; }
+void cpu_graph_free(ops_ctx *ctx, ops_graph *g) { (void)ctx, (void)g; }

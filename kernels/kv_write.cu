@@ -3,7 +3,6 @@
  * skips the token. One block per token; 16-byte moves when the rows and
  * pointers allow, element moves otherwise. */
 #include "kernels/cuda_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 
 /* E = uint4: 16-byte moves, `row` counted in chunks of 8 elements; E = bf16:
  * element moves. */

@@ -139,11 +139,15 @@ void cuda_matmul_cache_clear(void) {
     pthread_mutex_unlock(&mm_lock);
 }
 
-/* C = beta * C for K == 0 (the product is empty); beta == 0 writes zeros
- * without reading C, as the GEMM itself would. */
+/* C = beta * C for K == 0 (the product is empty), bf16 or fp32 C; beta == 0
+ * writes zeros without reading C, as the GEMM itself would. */
 __global__ void scale_bf16(bf16 *c, size_t n, float beta) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         c[i] = __float2bfloat16_rn(beta * __bfloat162float(c[i]));
+}
+__global__ void scale_fp32(float *c, size_t n, float beta) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        c[i] *= beta;
 }
 
 extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
@@ -153,12 +157,13 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
     cudaStream_t st = ctx_stream(ctx);
     if (K == 0) {
         size_t n = (size_t)M * N;
-        if (beta == 0.0f) cuda_zero(ctx, c, n * (c_f32 ? sizeof(float) : sizeof(bf16)));
-        else if (c_f32) cuda_scale_f32(ctx, (float *)c, n, beta);
-        else {
-            scale_bf16<<<grid_for(ctx, n, 256, 8), 256, 0, st>>>((bf16 *)c, n, beta);
-            CUDA_LAUNCH_CHECK();
+        if (beta == 0.0f) {
+            cuda_zero(ctx, c, n * (c_f32 ? sizeof(float) : sizeof(bf16)));
+            return;
         }
+        if (c_f32) scale_fp32<<<grid_for(ctx, n, 256, 8), 256, 0, st>>>((float *)c, n, beta);
+        else scale_bf16<<<grid_for(ctx, n, 256, 8), 256, 0, st>>>((bf16 *)c, n, beta);
+        CUDA_LAUNCH_CHECK();
         return;
     }
 
@@ -179,7 +184,7 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
      * H200 it beats cuBLASLt's fp32 detour below (M=64 N=2048 K=6144: 17.6
      * against 24.6 us) but not cuBLASLt on wider, shorter products (q|k|v,
      * gate|up, lm head), so it takes only the shapes of that detour. */
-    if ((long_k || cuda_matmul_skinny_all()) &&
+    if ((long_k || ctx->tuning.skinny_all) &&
         cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
         return;
     if (long_k && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {

@@ -11,9 +11,6 @@
 #include "kernels/gemv_common.cuh"
 #include "kernels/ops_cuda.h"
 
-int cuda_gemv_residency = 0;
-extern "C" void cuda_gemv_force_residency(int share) { cuda_gemv_residency = share < -1 ? -1 : share; }
-
 extern "C" int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                                 int trans_a, int trans_b, float alpha, float beta) {
     if (M < 1 || M > GEMV_MAX_M || N < 1 || N > GEMV_MAX_N || K < 8 || K % 8 || trans_a || !trans_b) return 0;

@@ -154,13 +154,6 @@ static void sk_launch(const ops_ctx *ctx, cudaStream_t st, dim3 grid, const sk_a
     CUDA_LAUNCH_CHECK();
 }
 
-/* Split count pinned by a benchmark (0: chosen per call), and whether a
- * benchmark routes every shape here (matmul.cu asks). */
-static int sk_splits_forced = 0, sk_all = 0;
-extern "C" void cuda_matmul_skinny_force_splits(int n) { sk_splits_forced = n > 0 ? n : 0; }
-extern "C" void cuda_matmul_skinny_force_all(int on) { sk_all = on != 0; }
-extern "C" int cuda_matmul_skinny_all(void) { return sk_all; }
-
 extern "C" int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                                   int trans_a, int trans_b, float alpha, float beta) {
     if (M < SK_MIN_M || M > SK_MAX_M || N < 1 || K < SK_KT || K % SK_KT || trans_a || !trans_b) return 0;
@@ -175,7 +168,10 @@ extern "C" int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *
     const int tiles = (N + SK_BN - 1) / SK_BN, kst = K / SK_KT;
     int nsplit = (3 * cuda_sm_count(ctx) + tiles - 1) / tiles;
     if (nsplit > kst / 4) nsplit = kst / 4;
-    if (sk_splits_forced) nsplit = sk_splits_forced < kst ? sk_splits_forced : kst;
+    /* A benchmark's pinned count (ops.h, ops_tuning). */
+    const int forced = ctx->tuning.skinny_splits;
+    if (forced < 0) DK_ABORT("ops_tuning.skinny_splits = %d: expected 0 (chosen) or a count >= 1", forced);
+    if (forced) nsplit = forced < kst ? forced : kst;
     const size_t per_split = (size_t)M * N * sizeof(float);
     nsplit = splits_in_scratch(ctx, nsplit, per_split);
     p.kchunk = split_chunk(K, SK_KT, &nsplit);

@@ -74,10 +74,6 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
     return n;
 }
 
-static int pdl_on = 1;
-int cuda_pdl_enabled(void) { return pdl_on; }
-extern "C" void cuda_pdl_set(int on) { pdl_on = on != 0; }
-
 /* Frees whatever a partly built context holds (init failure or ctx_free). */
 static void ctx_release(ops_ctx *ctx) {
     if (ctx->blaslt) cublasLtDestroy((cublasLtHandle_t)ctx->blaslt);

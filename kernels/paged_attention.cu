@@ -32,7 +32,6 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/mma_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 #include "kernels/paged_common.cuh"
 
 #define PA_KT 64      /* keys per stage */
@@ -452,7 +451,7 @@ __global__ void paged_attention_merge(pa_args a) {
 
 /* A programmatic dependent launch (cuda_common.cuh) behind the split
  * kernel. */
-static void launch_merge(cudaStream_t st, const pa_args &a) {
+static void launch_merge(const ops_ctx *ctx, const pa_args &a) {
     const dim3 blocks((unsigned)(((long)a.T * a.Hq + 3) / 4)), threads(128);
     void (*k)(pa_args);
     switch ((a.D + 31) / 32) {
@@ -465,14 +464,10 @@ static void launch_merge(cudaStream_t st, const pa_args &a) {
     case 7: k = paged_attention_merge<7>; break;
     default: k = paged_attention_merge<8>; break;
     }
-    cuda_launch_pdl(st, cuda_pdl_rows(a.T), k, blocks, threads, 0, a);
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(ctx, a.T), k, blocks, threads, 0, a);
 }
 
 /* ---- host ------------------------------------------------------------------------ */
-
-/* Which kernel serves a call: chosen per call unless a benchmark or test
- * forced one (cuda_paged_attention_force). */
-static int pa_kind_forced = PA_KERNEL_AUTO;
 
 /* The tensor-core kernel's shared memory: K and V tiles, two stages. */
 #define PA_MMA_SMEM(D) ((size_t)4 * PA_KT * (D) * sizeof(bf16))
@@ -566,20 +561,23 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     /* Few query rows per sequence (decode: G rows of one token) leave most
      * of a 16-row mma tile empty: the warp kernel of paged_decode.cu serves
      * those; several query tokens per sequence share each key read on
-     * tensor cores here. */
-    int kind = pa_kind_forced;
-    if (kind == PA_KERNEL_AUTO) kind = (long)T * a.G < 16L * n_seqs ? PA_KERNEL_DECODE : PA_KERNEL_MMA;
-    if (!vec) kind = PA_KERNEL_PLAIN;
-    if (kind == PA_KERNEL_DECODE && !cuda_paged_decode_fits(D, a.G)) kind = PA_KERNEL_MMA;
+     * tensor cores here. A benchmark or test may pin the kernel
+     * (ctx->tuning.paged_kernel, ops.h). */
+    int kind = ctx->tuning.paged_kernel;
+    if (kind < OPS_PAGED_AUTO || kind > OPS_PAGED_PLAIN)
+        DK_ABORT("ops_tuning.paged_kernel = %d: expected an ops_paged_kernel (0..3)", kind);
+    if (kind == OPS_PAGED_AUTO) kind = (long)T * a.G < 16L * n_seqs ? OPS_PAGED_DECODE : OPS_PAGED_MMA;
+    if (!vec) kind = OPS_PAGED_PLAIN;
+    if (kind == OPS_PAGED_DECODE && !cuda_paged_decode_fits(D, a.G)) kind = OPS_PAGED_MMA;
     const int max_ctx = max_pages * page_size;
-    if (kind == PA_KERNEL_DECODE) {
+    if (kind == OPS_PAGED_DECODE) {
         launch_decode(ctx, a, max_ctx);
         return;
     }
     /* Tiles over all sequences: sum of ceil(n_q * G / 64) <= (T * G + 63 * n_seqs) / 64. */
     const long tiles = ((long)T * a.G + 63L * n_seqs) / PA_ROWS;
-    const long units = kind == PA_KERNEL_MMA ? tiles * Hkv : ((long)T * Hq + 3) / 4;
-    const int slots = cuda_sm_count(ctx) * (kind == PA_KERNEL_MMA ? mma_per_sm(ctx, D) : 8);
+    const long units = kind == OPS_PAGED_MMA ? tiles * Hkv : ((long)T * Hq + 3) / 4;
+    const int slots = cuda_sm_count(ctx) * (kind == OPS_PAGED_MMA ? mma_per_sm(ctx, D) : 8);
     int nsplit = choose_splits(units, slots, max_ctx, (max_ctx + PA_KT - 1) / PA_KT);
     /* The partial results must fit the scratch. */
     const size_t per_split = (size_t)T * Hq * (D + 1) * sizeof(float);
@@ -591,7 +589,7 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         a.part_o = scr;
         a.part_lse = scr + (size_t)nsplit * T * Hq * D;
     }
-    if (kind == PA_KERNEL_MMA) {
+    if (kind == OPS_PAGED_MMA) {
         switch (D) {
         case 32: launch_mma<32>(ctx, a, (int)tiles); break;
         case 64: launch_mma<64>(ctx, a, (int)tiles); break;
@@ -603,10 +601,5 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         paged_attention_plain<<<grid, 128, 0, st>>>(a);
         CUDA_LAUNCH_CHECK();
     }
-    if (nsplit > 1) launch_merge(st, a);
-}
-
-extern "C" void cuda_paged_attention_force(int kind) {
-    if (kind < PA_KERNEL_AUTO || kind > PA_KERNEL_PLAIN) DK_ABORT("cuda_paged_attention_force: bad kernel kind %d", kind);
-    pa_kind_forced = kind;
+    if (nsplit > 1) launch_merge(ctx, a);
 }

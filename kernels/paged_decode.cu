@@ -32,7 +32,6 @@
 #include <pthread.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 #include "kernels/paged_common.cuh"
 
 namespace cg = cooperative_groups;
@@ -341,14 +340,15 @@ static int pd_cluster_max(const ops_ctx *ctx, pd_kernel k, int nw) {
     return n;
 }
 
-/* A benchmark's pinned plan (cuda_paged_decode_force; 0: choose). */
-static int forced_nw, forced_splits;
-extern "C" void cuda_paged_decode_force(int nw, int nsplit) { forced_nw = nw, forced_splits = nsplit; }
-
 /* Warps a CTA and splits: the most warps in flight that one wave holds.
  * Each split gets at least one step of keys a warp; a batch that already
- * fills the GPU is not split. */
+ * fills the GPU is not split. A benchmark may pin the plan
+ * (ctx->tuning.decode_warps and decode_splits, ops.h). */
 int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw) {
+    const int forced_nw = ctx->tuning.decode_warps, forced_splits = ctx->tuning.decode_splits;
+    if ((forced_nw != 0 && forced_nw != 4 && forced_nw != 8) || forced_splits < 0)
+        DK_ABORT("ops_tuning.decode_warps = %d, decode_splits = %d: expected 0, 4 or 8 warps and splits >= 0",
+                 forced_nw, forced_splits);
     if (forced_nw == 4 || (forced_nw == 8 && pd_wide_fits(D, g_max(G)))) {
         *nw = forced_nw;
         const int cap = pd_cluster_max(ctx, kernel_for(D, G, forced_nw), forced_nw);
@@ -383,6 +383,6 @@ void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw) {
         const int cap = pd_cluster_max(ctx, k, nw);
         if (a->nsplit > cap) DK_ABORT("paged_decode: %d splits exceed the cluster size %d", a->nsplit, cap);
     }
-    cuda_launch_pdl_cluster(ctx_stream(ctx), cuda_pdl_rows(a->T), a->nsplit, k,
+    cuda_launch_pdl_cluster(ctx_stream(ctx), cuda_pdl_rows(ctx, a->T), a->nsplit, k,
                             dim3((unsigned)((long)a->T * a->Hkv), (unsigned)a->nsplit), dim3((unsigned)nw * 32), 0, *a);
 }

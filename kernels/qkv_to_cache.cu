@@ -15,7 +15,6 @@
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 
 #define QC_WARPS 4
 #define QC_PAIRS 8 /* rotation pairs per lane: D <= 2 * 32 * QC_PAIRS */
@@ -108,7 +107,7 @@ extern "C" void cuda_qkv_to_cache(ops_ctx *ctx, void *q_out, void *k_cache, void
     if (!q_norm_w != !k_norm_w) DK_ABORT("ops_qkv_to_cache: q_norm_w and k_norm_w must be both set or both NULL");
     if (T == 0) return;
     dim3 grid((unsigned)T, (unsigned)((Hq + 2 * Hkv + QC_WARPS - 1) / QC_WARPS));
-    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(T), qkv_to_cache_kernel, grid, dim3(QC_WARPS * 32), 0,
+    cuda_launch_pdl(ctx_stream(ctx), cuda_pdl_rows(ctx, T), qkv_to_cache_kernel, grid, dim3(QC_WARPS * 32), 0,
                     (bf16 *)q_out, (bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)qkv, (const bf16 *)q_norm_w,
                     (const bf16 *)k_norm_w, pos, slot_mapping, Hq, Hkv, D, eps, theta);
 }

@@ -27,7 +27,6 @@
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/ops_cuda_infer.h"
 #include "kernels/sample_common.h"
 
 #define SAMPLE_THREADS 1024
@@ -319,10 +318,10 @@ extern "C" void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float
     const int nb = (V + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK;
     if (nb > 1) {
         parts = (sample_part *)ctx_scratch(ctx, (size_t)n * nb * sizeof(sample_part), "ops_sample");
-        cuda_launch_pdl(st, cuda_pdl_rows(n), sample_slices, dim3((unsigned)nb, (unsigned)n), dim3(SAMPLE_SLICE_THREADS),
+        cuda_launch_pdl(st, cuda_pdl_rows(ctx, n), sample_slices, dim3((unsigned)nb, (unsigned)n), dim3(SAMPLE_SLICE_THREADS),
                         0, parts, (const float *)logits, params, V);
         CUDA_LAUNCH_CHECK();
     }
-    cuda_launch_pdl(st, parts != NULL && cuda_pdl_rows(n), sample_rows, dim3((unsigned)n), dim3(SAMPLE_THREADS), 0, tokens, logprob,
+    cuda_launch_pdl(st, parts != NULL && cuda_pdl_rows(ctx, n), sample_rows, dim3((unsigned)n), dim3(SAMPLE_THREADS), 0, tokens, logprob,
                     logits, params, V, (const sample_part *)parts, nb);
 }

@@ -19,11 +19,6 @@
  * walking many columns), which must give the same bits. Exits 77 without
  * a GPU. */
 #include "tests/gpu/test_cuda_common.h"
-#ifdef DK_HAVE_CUDA_OPS
-#include "kernels/ops_cuda.h"
-#else /* no CUDA kernels to pin: the test skips in such builds */
-static void cuda_gemv_force_residency(int share) { (void)share; }
-#endif
 
 /* The grids a fused op runs under after the chosen one (gemv_common.cuh). */
 static const int other_grids[] = {-1, 64};
@@ -64,7 +59,7 @@ static void check_case(ctx_pair *p, int M, int N, int K, float beta, int f32) {
     ops_matmul(g, du, f32, tmp, dw.p, M, N, K, 0, 1, alpha, beta);
     float *got = get_out(g, dc, nout, f32), *unf = get_out(g, du, nout, f32);
     for (int i = 0; i < 2; i++) {
-        cuda_gemv_force_residency(other_grids[i]);
+        g->tuning.gemv_residency = other_grids[i];
         put_out(g, dc, c0, nout, f32);
         ops_rmsnorm_matmul(g, dc, f32, tmp, dx.p, dnw.p, dw.p, M, N, K, eps, alpha, beta);
         float *again = get_out(g, dc, nout, f32);
@@ -72,7 +67,7 @@ static void check_case(ctx_pair *p, int M, int N, int K, float beta, int f32) {
               M, N, K, beta, f32 ? "fp32" : "bf16", other_grids[i]);
         free(again);
     }
-    cuda_gemv_force_residency(0);
+    g->tuning.gemv_residency = 0;
     double scale = max_abs(want, nout);
     if (scale == 0.0) scale = 1.0;
     const double r_cpu = tol_ratio(got, want, nout, 2e-3 * scale, 1.0 / 128.0);
@@ -102,14 +97,14 @@ static void check_swiglu_case(ctx_pair *p, int M, int I, int K) {
     ops_swiglu_forward(g, h2, gu, M, I);
     float *got = get_act(g, h, (size_t)M * I), *seq = get_act(g, h2, (size_t)M * I);
     for (int i = 0; i < 2; i++) {
-        cuda_gemv_force_residency(other_grids[i]);
+        g->tuning.gemv_residency = other_grids[i];
         ops_rmsnorm_matmul_swiglu(g, h, gu, tmp, dx.p, dnw.p, dw.p, M, I, K, 1e-6f);
         float *again = get_act(g, h, (size_t)M * I);
         CHECK(!memcmp(again, got, (size_t)M * I * sizeof(float)),
               "rmsnorm_matmul_swiglu M=%d I=%d K=%d: grid %d gives other bits", M, I, K, other_grids[i]);
         free(again);
     }
-    cuda_gemv_force_residency(0);
+    g->tuning.gemv_residency = 0;
     double scale = max_abs(want, (size_t)M * I);
     if (scale == 0.0) scale = 1.0;
     const double r_cpu = tol_ratio(got, want, (size_t)M * I, 2e-3 * scale, 1.0 / 64.0);

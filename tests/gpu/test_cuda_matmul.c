@@ -19,13 +19,11 @@
  * bf16 outputs and 1e-4 * scale for fp32 ones, scale = max |cpu| (1e-4 of
  * the largest value leaves ~10x margin over the measured ~1e-6..1e-5). The
  * bias backward sums bf16 values in fp32 in another order than the CPU's
- * double sums: 1e-5 relative to the largest column sum of |dy|. */
+ * double sums: 1e-5 relative to the largest column sum of |dy|.
+ * A pinned choice out of range (ops_tuning.gemv_residency below -1, a
+ * negative skinny_splits) aborts the product, naming the field. */
+#include "tests/expect_abort.h"
 #include "tests/gpu/test_cuda_common.h"
-#ifdef DK_HAVE_CUDA_OPS
-#include "kernels/ops_cuda.h"
-#else /* no CUDA kernels to pin: the test skips in such builds */
-static void cuda_gemv_force_residency(int share) { (void)share; }
-#endif
 
 static double run_case(ctx_pair *p, int M, int N, int K, int ta, int tb, int c_f32, float alpha, float beta,
                        int shift, int nan_c) {
@@ -108,10 +106,10 @@ static void check_matmul(ctx_pair *p) {
      * smallest grid (every warp walking many columns). */
     const int residency[] = {0, -1, 64};
     for (int g = 0; g < 3; g++) {
-        cuda_gemv_force_residency(residency[g]);
+        p->gpu.tuning.gemv_residency = residency[g];
         run_rows_wt(p, gemv, sizeof gemv / sizeof gemv[0], &worst, &cases);
     }
-    cuda_gemv_force_residency(0);
+    p->gpu.tuning.gemv_residency = 0;
     /* 9 to 64 rows times W^T with a long K (matmul_skinny.cu for K % 64 ==
      * 0 and K > 2 (M + N); split-K where the columns alone leave SMs idle):
      * partial 16-row tiles, column counts off the 64-column tile; and
@@ -184,12 +182,46 @@ static void check_bias(ctx_pair *p) {
            worst_f, worst_b);
 }
 
+/* A product whose pinned choice is out of range, run in a child that
+ * aborts before any launch. */
+typedef struct {
+    ops_ctx *g;
+    void *c, *a, *b;
+    int M, N, K;
+} tuning_case;
+
+static void bad_gemv_grid(void *arg) {
+    tuning_case *t = arg;
+    t->g->tuning.gemv_residency = -2;
+    ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
+}
+
+static void bad_skinny_splits(void *arg) {
+    tuning_case *t = arg;
+    t->g->tuning.skinny_splits = -1;
+    ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
+}
+
+static void check_tuning_errors(ctx_pair *p) {
+    ops_ctx *g = &p->gpu;
+    const int N = 64, K = 4096; /* K > 2 (M + N): the skinny kernel's shapes at 16 rows */
+    tuning_case t = {g, ops_alloc(g, (size_t)16 * N * 2), ops_alloc(g, (size_t)16 * K * 2),
+                     ops_alloc(g, (size_t)N * K * 2), 1, N, K};
+    CHECK(expect_abort("gemv_residency -2", bad_gemv_grid, &t, "ops_tuning.gemv_residency"),
+          "a few-row product with gemv_residency = -2 must abort naming the field");
+    t.M = 16;
+    CHECK(expect_abort("skinny_splits -1", bad_skinny_splits, &t, "ops_tuning.skinny_splits"),
+          "a skinny product with skinny_splits = -1 must abort naming the field");
+    ops_free(g, t.c), ops_free(g, t.a), ops_free(g, t.b);
+}
+
 int main(void) {
     ctx_pair p;
     pair_init(&p, 0);
     rng_seed(5);
     check_matmul(&p);
     check_bias(&p);
+    check_tuning_errors(&p);
     pair_free(&p);
     return test_finish("test_cuda_matmul");
 }

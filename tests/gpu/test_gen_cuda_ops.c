@@ -20,7 +20,9 @@
  *   between the two math libraries): at least 99.9% of draws agree, greedy
  *   always; logprobs agree to 2e-5. The GPU's empirical frequencies pass the
  *   same chi-square test as the CPU's, with top-k / top-p over a 151936-token
- *   vocabulary. */
+ *   vocabulary.
+ * - a pinned paged attention kernel or decode plan out of range
+ *   (ops_tuning.paged_kernel, decode_warps) aborts naming the field. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,15 +31,13 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
-#include "kernels/ops_cuda_infer.h"
-#ifdef DK_HAVE_CUDA_OPS
-#define force_paged_kernel cuda_paged_attention_force
-#else /* no CUDA kernels to pin: the test skips in such builds */
-static void force_paged_kernel(int kind) { (void)kind; }
-#endif
 #include "../unit/test_ops_common.h"
+#include "tests/expect_abort.h"
 
 static ops_ctx cpu, gpu;
+
+/* The paged attention kernel the GPU context's calls take (ops_tuning). */
+static void pin_paged_kernel(int kind) { gpu.tuning.paged_kernel = kind; }
 
 /* Rounds to bf16 (nearest even), in place: the values both backends see. */
 static void round_bf16(float *x, size_t n) {
@@ -125,14 +125,14 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
     CHECK(kv_same, "%s: kv_write differs from the CPU op", what);
     /* The kernel the op picks, then each kernel that can serve the shape
      * pinned in turn (the warp kernel for few queries, the tensor-core one). */
-    static const int kinds[] = {PA_KERNEL_AUTO, PA_KERNEL_DECODE, PA_KERNEL_MMA};
+    static const int kinds[] = {OPS_PAGED_AUTO, OPS_PAGED_DECODE, OPS_PAGED_MMA};
     static const char *kind_names[] = {"auto", "warp", "mma"};
     for (int k = 0; k < 3; k++) {
         if (k > 0 && D % 32 != 0) continue; /* the plain kernel serves these */
-        if (kinds[k] == PA_KERNEL_DECODE && Hq / Hkv > 8) continue;
-        force_paged_kernel(kinds[k]);
+        if (kinds[k] == OPS_PAGED_DECODE && Hq / Hkv > 8) continue;
+        pin_paged_kernel(kinds[k]);
         ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
-        force_paged_kernel(PA_KERNEL_AUTO);
+        pin_paged_kernel(OPS_PAGED_AUTO);
         ops_download_act(&gpu, out_g, d_out, (size_t)T * qrow);
         double mx = max_abs_diff(out_g, out_c, (size_t)T * qrow), mean = 0.0;
         for (size_t i = 0; i < (size_t)T * qrow; i++) mean += fabs((double)out_g[i] - out_c[i]);
@@ -141,13 +141,13 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
                what, Hq, Hkv, D, P, T, kv_same ? "exact" : "DIFFERENT", kind_names[k], mx, mean);
         CHECK(mx <= 2e-2 && mean <= 2e-3, "%s (%s kernel): paged attention max|diff| %.3e mean %.3e", what,
               kind_names[k], mx, mean);
-        if (kinds[k] == PA_KERNEL_DECODE) {
+        if (kinds[k] == OPS_PAGED_DECODE) {
             /* The warp kernel merges its splits in a cluster, in split
              * order: a second launch gives the same bits. */
             float *again = dk_malloc((size_t)T * qrow * 4);
-            force_paged_kernel(PA_KERNEL_DECODE);
+            pin_paged_kernel(OPS_PAGED_DECODE);
             ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
-            force_paged_kernel(PA_KERNEL_AUTO);
+            pin_paged_kernel(OPS_PAGED_AUTO);
             ops_download_act(&gpu, again, d_out, (size_t)T * qrow);
             CHECK(!memcmp(again, out_g, (size_t)T * qrow * 4), "%s (warp kernel): a second launch differs", what);
             free(again);
@@ -387,6 +387,40 @@ static void test_sample(void) {
     gpu_chi2(20000, 0.2f, 0, 1.0f, 20000);
 }
 
+/* A decode step (4 sequences, one query each of 8 heads on 2 KV heads,
+ * 16 cached tokens of D = 128) whose pinned kernel choice is out of range,
+ * run in a child that aborts before any launch. */
+typedef struct {
+    void *q, *out, *kc, *vc;
+    int32_t *bt, *lens, *cu;
+} paged_call;
+
+static void paged_decode_call(paged_call *c) {
+    ops_paged_attention(&gpu, c->out, c->q, c->kc, c->vc, c->bt, 1, c->lens, c->cu, 4, 4, 8, 2, 128, 16,
+                        0.0883883f);
+}
+static void bad_paged_kernel(void *arg) {
+    gpu.tuning.paged_kernel = 4;
+    paged_decode_call(arg);
+}
+static void bad_decode_warps(void *arg) {
+    gpu.tuning.decode_warps = 6;
+    paged_decode_call(arg);
+}
+
+static void test_tuning_errors(void) {
+    const int32_t bt[4] = {0, 1, 2, 3}, lens[4] = {16, 16, 16, 16}, cu[5] = {0, 1, 2, 3, 4};
+    const size_t qo = (size_t)4 * 8 * 128 * 2, kv = (size_t)4 * 16 * 2 * 128 * 2;
+    paged_call c = {ops_alloc(&gpu, qo), ops_alloc(&gpu, qo), ops_alloc(&gpu, kv), ops_alloc(&gpu, kv),
+                    gpu_copy(bt, sizeof bt), gpu_copy(lens, sizeof lens), gpu_copy(cu, sizeof cu)};
+    CHECK(expect_abort("paged_kernel 4", bad_paged_kernel, &c, "ops_tuning.paged_kernel"),
+          "ops_paged_attention with paged_kernel = 4 must abort naming the field");
+    CHECK(expect_abort("decode_warps 6", bad_decode_warps, &c, "ops_tuning.decode_warps"),
+          "a decode step with decode_warps = 6 must abort naming the field");
+    void *bufs[] = {c.q, c.out, c.kc, c.vc, c.bt, c.lens, c.cu};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(&gpu, bufs[i]);
+}
+
 int main(void) {
     if (device_count() == 0 || !ops_cuda_available()) {
         printf("test_gen_cuda_ops: no CUDA GPU or no CUDA op table in this build, skipped\n");
@@ -399,6 +433,7 @@ int main(void) {
     test_paged();
     test_qkv_to_cache();
     test_sample();
+    test_tuning_errors();
     ops_ctx_free(&gpu);
     ops_ctx_free(&cpu);
     return test_finish("test_gen_cuda_ops");

@@ -44,8 +44,6 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
-#include "kernels/ops_cuda.h"
-#include "kernels/ops_cuda_infer.h"
 #include "model/gen_forward.h"
 #include "model/generate.h"
 #include "model/kv_cache.h"
@@ -244,11 +242,11 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
                              0.0883883f));
     /* The tensor-core kernel the op picks for continuation prefills, on the
      * same decode step, for comparison with the warp kernel chosen above. */
-    cuda_paged_attention_force(PA_KERNEL_MMA);
+    ctx->tuning.paged_kernel = OPS_PAGED_MMA;
     TIME("(paged_attention, mma kernel)", 0, 4.0 * B * ctx_len * KV,
          ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
                              0.0883883f));
-    cuda_paged_attention_force(PA_KERNEL_AUTO);
+    ctx->tuning.paged_kernel = OPS_PAGED_AUTO;
     TIME("matmul o (+residual)", L, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
     TIME("rmsnorm + gate|up + swiglu", L, 4.0 * I * C,
          ops_rmsnorm_matmul_swiglu(ctx, h, gu, ln, x, WL(P_MLP_NORM), WL(P_W_GATE_UP), B, I, C, 1e-6f));
@@ -262,12 +260,12 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
         for (int i = 0; i < 5; i++) {
             char name[40];
             snprintf(name, sizeof name, "(matmul down, %d splits)", splits[i]);
-            cuda_matmul_skinny_force_splits(splits[i]);
+            ctx->tuning.skinny_splits = splits[i];
             TIME(name, 0, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
         }
-        cuda_matmul_skinny_force_splits(0);
+        ctx->tuning.skinny_splits = 0;
         /* The split-K kernel on the products cuBLASLt keeps. */
-        cuda_matmul_skinny_force_all(1);
+        ctx->tuning.skinny_all = 1;
         TIME("(q|k|v, split-K kernel)", 0, wqkv,
              ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
         TIME("(o, split-K kernel)", 0, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
@@ -275,7 +273,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
              ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
         TIME("(lm head, split-K kernel)", 0, 2.0 * V * C,
              ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
-        cuda_matmul_skinny_force_all(0);
+        ctx->tuning.skinny_all = 0;
     }
     TIME("rmsnorm + lm head (fp32 out)", 1, 2.0 * V * C,
          ops_rmsnorm_matmul(ctx, logits, 1, ln, x, m->params.final_norm, m->params.embed, B, V, C, 1e-6f, 1.0f, 0.0f));
@@ -353,6 +351,7 @@ static double chain_time(chain *ch) {
 }
 
 static void chain_table(model *m, int B, int ctx_len) {
+    ops_ctx *ctx = m->ctx;
     decode_step d;
     decode_step_init(&d, m, B, ctx_len);
     /* Real activations: one step's forward fills x; the chain then runs on
@@ -370,22 +369,22 @@ static void chain_table(model *m, int B, int ctx_len) {
     ch.skip = 0;
     static const int plans[][2] = {{8, 16}, {4, 16}, {8, 8}, {4, 8}, {8, 4}};
     for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
-        cuda_paged_decode_force(plans[i][0], plans[i][1]);
+        ctx->tuning.decode_warps = plans[i][0], ctx->tuning.decode_splits = plans[i][1];
         const double t = chain_time(&ch);
         printf("  paged_attention pinned to %d warps a CTA, %2d splits: %.3f ms (%.1f us a layer)\n", plans[i][0],
                plans[i][1], t, t / m->cfg.n_layers * 1e3);
     }
-    cuda_paged_decode_force(0, 0);
+    ctx->tuning.decode_warps = 0, ctx->tuning.decode_splits = 0;
     /* The few-row products' grids (gemv_common.cuh): what fits the machine
      * (the choice), a block for every column group, half of what fits. */
     static const int shares[] = {0, -1, 2};
     static const char *const share_names[] = {"what fits", "a block a group", "half of what fits"};
     for (size_t i = 0; i < sizeof shares / sizeof shares[0]; i++) {
-        cuda_gemv_force_residency(shares[i]);
+        ctx->tuning.gemv_residency = shares[i];
         const double t = chain_time(&ch);
         printf("  products' grid %-18s %.3f ms (%.1f us a layer)\n", share_names[i], t, t / m->cfg.n_layers * 1e3);
     }
-    cuda_gemv_force_residency(0);
+    ctx->tuning.gemv_residency = 0;
     decode_step_free(&d, m);
 }
 
@@ -491,13 +490,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_generate: needs a CUDA GPU and a build with the CUDA op table\n");
         return 1;
     }
-    cuda_pdl_set(pdl);
     char desc[256];
     device_describe(0, desc, sizeof desc);
     printf("device: %s\n", desc);
     const model_config *c = &qwen3_1_7b;
     ops_ctx ctx;
     must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, (size_t)256 << 20), "ctx");
+    ctx.tuning.no_pdl = !pdl;
     model m;
     must(model_create(&m, c, &ctx, 8, 0), "model_create");
     double t0 = dk_now();
@@ -525,12 +524,12 @@ int main(int argc, char **argv) {
 
     bench_engine(e, &ctx, V, W, KVT, bw, hf_tps, quick, "");
     if (pdl) { /* the same runs with ordinary launches, on a fresh engine (its own graphs) */
-        cuda_pdl_set(0);
+        ctx.tuning.no_pdl = 1;
         gen_engine *e2;
         must(gen_create(&e2, &m, &gc), "gen_create");
         bench_engine(e2, &ctx, V, W, KVT, bw, hf_tps, quick, ", programmatic dependent launch off");
         gen_free(e2);
-        cuda_pdl_set(1);
+        ctx.tuning.no_pdl = 0;
     }
     { /* and with every step waited for before the next is queued */
         gen_config gs = gc;

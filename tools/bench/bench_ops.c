@@ -1,7 +1,7 @@
-/* bench_ops.c: times the CUDA backend's memory-bound ops, AdamW and the
- * cuBLASLt matmul, and in the same run their PyTorch equivalents
- * (tools/bench/torch_ops.py, started after our buffers are freed), and
- * prints for each case:
+/* bench_ops.c: times the CUDA backend's memory-bound ops (RMSNorm,
+ * LayerNorm, RoPE, SwiGLU, embedding), AdamW and the cuBLASLt matmul, and in
+ * the same run their PyTorch equivalents (tools/bench/torch_ops.py, started
+ * after our buffers are freed), and prints for each case:
  *   - our time, bandwidth (the fewest bytes the op must move: each input read
  *     once, each output written once) or TFLOP/s,
  *   - our fraction of the device copy bandwidth, measured here first with a
@@ -12,8 +12,8 @@
  *   bench_ops [--quick]
  *
  * Torch equivalents: RMSNorm = F.rms_norm and the Hugging Face formula in
- * bf16 (the faster counts), RoPE = HF apply_rotary_pos_emb on q and k,
- * SwiGLU = F.silu(g) * u, embedding = F.embedding (its backward is the dense
+ * bf16 (the faster counts), LayerNorm = F.layer_norm with weight and bias,
+ * RoPE = HF apply_rotary_pos_emb on q and k, SwiGLU = F.silu(g) * u, embedding = F.embedding (its backward is the dense
  * bf16 table gradient autograd makes), AdamW = torch.optim.AdamW(fused=True)
  * on fp32 parameters of the same count, matmul = torch.matmul. Backward
  * ops are timed through torch.autograd.grad on a retained graph. DK_PYTHON
@@ -144,8 +144,8 @@ static void run_copy(void *p) {
 }
 
 typedef struct {
-    void *x, *w, *out, *dout, *dx;
-    float *rstd, *dw;
+    void *x, *w, *b, *out, *dout, *dx;
+    float *mean, *rstd, *dw, *db;
     int N, C;
 } norm_args;
 static void run_rms_fwd(void *p) {
@@ -156,21 +156,38 @@ static void run_rms_bwd(void *p) {
     norm_args *a = p;
     ops_rmsnorm_backward(&ctx, a->dx, a->dw, a->dout, a->x, a->w, a->rstd, a->N, a->C);
 }
+static void run_ln_fwd(void *p) {
+    norm_args *a = p;
+    ops_layernorm_forward(&ctx, a->out, a->mean, a->rstd, a->x, a->w, a->b, a->N, a->C, 1e-5f);
+}
+static void run_ln_bwd(void *p) {
+    norm_args *a = p;
+    ops_layernorm_backward(&ctx, a->dx, a->dw, a->db, a->dout, a->x, a->w, a->mean, a->rstd, a->N, a->C);
+}
 
-static void bench_rmsnorm(int N, int C, int reps) {
-    norm_args a = {dev_fill((size_t)N * C, 0, 1, 0, 0), dev_fill(C, 0, 0.2f, 1, 0), dev_fill((size_t)N * C, 0, 1, 0, 0),
-                   dev_fill((size_t)N * C, 0, 1, 0, 0), dev_fill((size_t)N * C, 0, 1, 0, 0),
-                   dev_fill(N, 1, 1, 0.5f, 1), dev_fill(C, 1, 1, 0, 0), N, C};
+/* RMSNorm (layer 0) or LayerNorm with a bias (layer 1) over N rows of C.
+ * Bytes: x read and out written (bf16), the weight (and bias) read and the
+ * row statistics written (rstd, and mean); the backward reads dout, x, the
+ * weight and the statistics, writes dx and accumulates dw (and db) in fp32. */
+static void bench_norm(int layer, int N, int C, int reps) {
+    const size_t n = (size_t)N * C;
+    norm_args a = {dev_fill(n, 0, 1, 0, 0), dev_fill(C, 0, 0.2f, 1, 0), layer ? dev_fill(C, 0, 0.5f, 0, 0) : NULL,
+                   dev_fill(n, 0, 1, 0, 0), dev_fill(n, 0, 1, 0, 0), dev_fill(n, 0, 1, 0, 0),
+                   layer ? dev_fill(N, 1, 0.1f, 0, 0) : NULL, dev_fill(N, 1, 1, 0.5f, 1), dev_fill(C, 1, 1, 0, 0),
+                   layer ? dev_fill(C, 1, 1, 0, 0) : NULL, N, C};
+    const char *op = layer ? "layernorm" : "rmsnorm";
     char spec[96], label[64];
-    double nc = (double)N * C;
-    snprintf(spec, sizeof spec, "rmsnorm_fwd %d %d", N, C);
-    snprintf(label, sizeof label, "rmsnorm fwd %dx%d", N, C);
-    add_case(spec, label, nc * 4 + N * 4.0 + C * 2.0, 0)->us = time_us(run_rms_fwd, &a, reps);
-    snprintf(spec, sizeof spec, "rmsnorm_bwd %d %d", N, C);
-    snprintf(label, sizeof label, "rmsnorm bwd %dx%d", N, C);
-    add_case(spec, label, nc * 6 + N * 4.0 + C * 10.0, 0)->us = time_us(run_rms_bwd, &a, reps);
-    void *bufs[] = {a.x, a.w, a.out, a.dout, a.dx, a.rstd, a.dw};
-    for (int i = 0; i < 7; i++) ops_free(&ctx, bufs[i]);
+    const double nc = (double)N * C, stats = (layer ? 8.0 : 4.0) * N;
+    snprintf(spec, sizeof spec, "%s_fwd %d %d", op, N, C);
+    snprintf(label, sizeof label, "%s fwd %dx%d", op, N, C);
+    add_case(spec, label, nc * 4 + stats + C * (layer ? 4.0 : 2.0), 0)->us =
+        time_us(layer ? run_ln_fwd : run_rms_fwd, &a, reps);
+    snprintf(spec, sizeof spec, "%s_bwd %d %d", op, N, C);
+    snprintf(label, sizeof label, "%s bwd %dx%d", op, N, C);
+    add_case(spec, label, nc * 6 + stats + C * (layer ? 18.0 : 10.0), 0)->us =
+        time_us(layer ? run_ln_bwd : run_rms_bwd, &a, reps);
+    void *bufs[] = {a.x, a.w, a.b, a.out, a.dout, a.dx, a.mean, a.rstd, a.dw, a.db};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(&ctx, bufs[i]);
 }
 
 typedef struct {
@@ -382,8 +399,11 @@ int main(int argc, char **argv) {
 
     /* Hidden sizes of Qwen3-0.6B, 1.7B, 8B and 14B; the per-head q/k norm. */
     const int hidden[] = {1024, 2048, 4096, 5120};
-    for (int i = 0; i < 4; i++) bench_rmsnorm(T, hidden[i], reps);
-    bench_rmsnorm(T * 32, 128, reps);
+    for (int i = 0; i < 4; i++) bench_norm(0, T, hidden[i], reps);
+    bench_norm(0, T * 32, 128, reps);
+    /* LayerNorm (weight and bias) at two of those widths. */
+    bench_norm(1, T, 1024, reps);
+    bench_norm(1, T, 4096, reps);
     bench_rope(T, 32, 8, 128, reps);
     bench_swiglu(T / 2, 12288, reps);
     bench_embedding(T, 4096, 151936, reps);

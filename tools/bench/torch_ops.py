@@ -6,7 +6,8 @@ torch copy_tbps=X. Other lines (which torch variant was faster) are shown
 as they are.
 
 Equivalents: rmsnorm = F.rms_norm and the Hugging Face Qwen3RMSNorm formula
-in bf16 (the faster one counts); rope = HF apply_rotary_pos_emb on q and k in
+in bf16 (the faster one counts); layernorm = F.layer_norm with a bf16 weight
+and bias; rope = HF apply_rotary_pos_emb on q and k in
 HF's [B, H, T, D] layout with precomputed bf16 cos/sin; swiglu =
 F.silu(g) * u on separate contiguous g and u; embedding = F.embedding (the
 backward is the dense bf16 table gradient of autograd); adamw =
@@ -77,6 +78,18 @@ def rmsnorm(spec, N, C):
     pick = min(best, key=best.get)
     print(f"  torch {spec} {N}x{C}: " + ", ".join(f"{k} {v:.1f} us" for k, v in best.items()) + f" -> {pick}")
     return best[pick]
+
+
+def layernorm(spec, N, C):
+    x = torch.randn(N, C, device=DEV, dtype=BF16, requires_grad=True)
+    w = (1 + 0.2 * torch.randn(C, device=DEV)).to(BF16).requires_grad_()
+    b = (0.5 * torch.randn(C, device=DEV)).to(BF16).requires_grad_()
+    if spec == "layernorm_fwd":
+        with torch.no_grad():
+            return median_us(lambda: F.layer_norm(x, (C,), w, b, 1e-5))
+    y = F.layer_norm(x, (C,), w, b, 1e-5)
+    dy = torch.randn_like(y)
+    return median_us(lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True))
 
 
 def rope(spec, T, Hq, Hkv, D):
@@ -152,6 +165,8 @@ def run(spec):
     d = [int(v) for v in d]
     if op in ("rmsnorm_fwd", "rmsnorm_bwd"):
         return rmsnorm(op, *d)
+    if op in ("layernorm_fwd", "layernorm_bwd"):
+        return layernorm(op, *d)
     if op in ("rope_fwd", "rope_bwd"):
         return rope(op, *d)
     if op in ("swiglu_fwd", "swiglu_bwd"):
