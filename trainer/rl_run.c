@@ -25,6 +25,8 @@
 #include "trainer/rl_batch.h"
 #include "trainer/rl_dump.h"
 #include "trainer/rl_metrics.h"
+#include "trainer/run_begin.h"
+#include "trainer/run_logs.h"
 #include "trainer/rollout_session.h"
 #include "trainer/rl_update.h"
 
@@ -77,7 +79,9 @@ dk_status rl_run(const dk_config *cfg) {
         have_ref = st == DK_OK;
         if (st == DK_OK) st = run_setup_initial_weights(&ref, cfg);
     }
-    if (st == DK_OK) st = metrics_open(&ml, cfg->run.dir, start > 0 ? start : -1);
+    int complete = 0;
+    if (st == DK_OK) st = run_begin(cfg, start, &complete);
+    if (st == DK_OK && !complete) st = metrics_open(&ml, cfg->run.dir);
 
     lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps, cfg->run.steps};
     adv_config ac;
@@ -97,7 +101,7 @@ dk_status rl_run(const dk_config *cfg) {
     int64_t *task_ids = dk_calloc((size_t)n_tasks, sizeof *task_ids);
     rl_rollout *ro = dk_calloc((size_t)B, sizeof *ro);
 
-    for (int step = start; step < cfg->run.steps && st == DK_OK; step++) {
+    for (int step = start; step < cfg->run.steps && st == DK_OK && !complete; step++) {
         double t_step = dk_now();
         for (int i = 0; i < n_tasks; i++) {
             int k = task_at(cfg, (long)step * n_tasks + i, ss.es.n_tasks);
@@ -159,7 +163,8 @@ dk_status rl_run(const dk_config *cfg) {
         int every = cfg->ckpt.every;
         if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
             ckpt_state cs = {step + 1, (long)(step + 1) * n_tasks, (uint64_t)cfg->run.seed, 1};
-            st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
+            st = run_logs_mark(cfg->run.dir, step + 1);
+            if (st == DK_OK) st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
             if (st == DK_OK) printf("checkpoint: %s/ckpt/step_%08d\n", cfg->run.dir, step + 1);
         }
     }
