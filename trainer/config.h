@@ -87,6 +87,8 @@ typedef struct dk_config {
         double timeout_s;
         dk_kg_device device;
         int workers;
+        double reconnect_s;
+        int fail_step_after;
     } kernelgym;
     struct {
         int every, keep;

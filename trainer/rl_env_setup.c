@@ -52,6 +52,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
     kc.timeout_s = cfg->kernelgym.timeout_s;
     /* The whole batch may queue behind few workers: give it room, bounded. */
     kc.wait_s = cfg->kernelgym.timeout_s * (2.0 + (double)cfg->train.batch_size / cfg->kernelgym.workers);
+    kc.reconnect_s = cfg->kernelgym.reconnect_s;
     kg_reward_config_default(&kc.reward, KG_REWARD_PROFILE);
     kc.reward.alpha = cfg->rl.reward_alpha;
     kc.reward.speedup_cap = cfg->rl.speedup_cap;
