@@ -514,7 +514,7 @@ static int cmd_serve(int argc, char **argv) {
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (kg_fleet_check(&f) == 0) {
-            fprintf(stderr, "kernelgym serve: every worker has exited; stopping\n");
+            fprintf(stderr, "kernelgym serve: every worker has left on its own; stopping\n");
             rc = 1;
             break;
         }

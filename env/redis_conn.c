@@ -196,7 +196,11 @@ dk_status kg_redis_connect(const kg_redis_url *u, double timeout_s, redisContext
     if (u->password[0]) {
         r = u->user[0] ? redisCommand(c, "AUTH %s %s", u->user, u->password) : redisCommand(c, "AUTH %s", u->password);
         if (!r || r->type == REDIS_REPLY_ERROR) {
-            dk_status s = dk_fail(DK_ERR_RUNTIME, "redis %s: authentication failed: %s", w, r ? r->str : c->errstr);
+            /* No reply is a connection that dropped (a server going down),
+             * not a refused password: say which. */
+            dk_status s = r ? dk_fail(DK_ERR_RUNTIME, "redis %s: authentication failed: %s", w, r->str)
+                            : dk_fail(DK_ERR_RUNTIME, "redis %s: the connection dropped before authenticating: %s", w,
+                                      c->errstr[0] ? c->errstr : "no reply");
             if (r) freeReplyObject(r);
             redisFree(c);
             return s;

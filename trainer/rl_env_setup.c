@@ -45,6 +45,9 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
         st = kg_fleet_start(&s->fleet, &fc);
         if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis = auto: ");
         s->have_fleet = 1;
+        /* Dead workers and a dead Redis are restarted while the run goes on. */
+        st = kg_fleet_watch(&s->fleet);
+        if (st != DK_OK) return st;
         snprintf(url, sizeof url, "%s", s->fleet.url);
         printf("kernelgym: private fleet, %d %s worker(s)\n", s->fleet.n, device);
     }

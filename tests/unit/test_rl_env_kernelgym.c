@@ -93,11 +93,11 @@ int main(void) {
     CHECK(res[3].outcome == RL_OUT_TIMEOUT && res[3].reward == 0.0, "endless candidate: %s",
           rl_outcome_name(res[3].outcome));
     for (int i = 0; i < 4; i++) CHECK(res[i].feedback && res[i].feedback[0], "feedback %d is empty", i);
+    CHECK(env->judge_lost == 0, "judge_lost %ld with a live fleet", env->judge_lost);
     for (int i = 0; i < 4; i++) rl_turn_result_clear(&res[i]);
     env->free(env);
     kg_fleet_stop(&fleet, 10.0);
 
-    CHECK(env->judge_lost == 0, "judge_lost %ld with a live fleet", env->judge_lost);
     /* Nothing listens on port 1: after reconnect_s of retries the batch is
      * scored 0, nothing fails, and the 3 answers with code count as lost. */
     kc.reconnect_s = 1.5;
