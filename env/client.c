@@ -25,6 +25,7 @@
 #define KG_CLIENT_REAP_S 5.0         /* how often a waiting client runs the reaper */
 #define KG_CLIENT_BLOCK_S 1.0        /* BLPOP slice between reaper runs */
 #define KG_CLIENT_BACKOFF_MAX_S 2.0  /* longest pause between two reconnect attempts */
+#define KG_CLIENT_ALIVE_S 600.0      /* a client silent this long is gone: its results are swept */
 
 typedef struct local_job {
     struct local_job *next;
@@ -252,7 +253,8 @@ dk_status kg_client_submit_batch(kg_client *c, const kg_job *jobs, int n, kg_res
         for (;;) {
             if (!c->rc) st = reconnect(c, INFINITY);
             if (st != DK_OK) break;
-            st = kg_queue_push(c->rc, n, ids, (const char *const *)texts, KG_JOB_TTL_S);
+            st = kg_queue_client_alive(c->rc, c->name, KG_CLIENT_ALIVE_S);
+            if (st == DK_OK) st = kg_queue_push(c->rc, n, ids, (const char *const *)texts, KG_JOB_TTL_S);
             if (st == DK_OK) break;
             st = reconnect(c, INFINITY);
             if (st != DK_OK) break;
@@ -335,6 +337,10 @@ static dk_status redis_step(kg_client *c, kg_strmap *slots, kg_result *out, doub
     *idle = 1;
     if (dk_now() >= c->next_reap) {
         DK_TRY(kg_queue_reap(c->rc, c->name, KG_CLIENT_REAP_S * 0.9, NULL));
+        /* Results of clients that died before collecting them go now, not
+         * when their TTL (a day) runs out. */
+        DK_TRY(kg_queue_client_alive(c->rc, c->name, KG_CLIENT_ALIVE_S));
+        DK_TRY(kg_queue_sweep_orphans(c->rc, NULL));
         c->next_reap = dk_now() + KG_CLIENT_REAP_S;
     }
     char id[KG_ID_LEN];

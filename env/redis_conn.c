@@ -135,6 +135,23 @@ dk_status kg_redis_url_parse(const char *url, kg_redis_url *u) {
     return DK_OK;
 }
 
+static int is_loopback(const char *host) {
+    return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1") ||
+           !strcmp(host, "0:0:0:0:0:0:0:1");
+}
+
+dk_status kg_redis_url_check_exposure(const kg_redis_url *u, int insecure, const char *allow) {
+    if (u->is_unix || u->password[0] || is_loopback(u->host)) return DK_OK;
+    if (!insecure)
+        return dk_fail(DK_ERR_USAGE,
+                       "redis://%s:%d has no password on a non-loopback address: anyone who can reach it can read "
+                       "jobs and forge results; add a password to the URL (and requirepass to Redis), or pass %s",
+                       u->host, u->port, allow);
+    fprintf(stderr, "warning: redis://%s:%d is used without a password on a non-loopback address (%s)\n", u->host,
+            u->port, allow);
+    return DK_OK;
+}
+
 void kg_redis_url_redact(const char *url, char *out, size_t n) {
     char buf[2048];
     snprintf(buf, sizeof buf, "%s", url ? url : "");

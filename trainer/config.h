@@ -88,6 +88,7 @@ typedef struct dk_config {
         dk_kg_device device;
         int workers;
         double reconnect_s;
+        bool insecure;
         int fail_step_after;
     } kernelgym;
     struct {

@@ -160,6 +160,9 @@ const config_key config_keys[] = {
     K_FLOAT(kernelgym, reconnect_s, "300", CR_NONNEG,
             "how long the trainer keeps reconnecting to a lost Redis (and queueing again the jobs it lost) before "
             "the evaluations it waits for are scored 0"),
+    K_BOOL(kernelgym, insecure, "false", 0,
+           "allow a redis:// URL on a non-loopback address without a password (anyone who reaches it can forge "
+           "results); a warning is printed"),
     K_INT(kernelgym, fail_step_after, "3", CR_NONNEG,
           "end the run (exit 1) when this many steps in a row had evaluations scored 0 because KernelGym could not "
           "be reached (0: never)"),

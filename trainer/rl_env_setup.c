@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "env/redis_conn.h"
 #include "rl/env_kernelgym.h"
 #include "rl/env_toy.h"
 
@@ -31,6 +32,12 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
     const char *device = kg_device(cfg);
     char url[2048];
     snprintf(url, sizeof url, "%s", cfg->kernelgym.redis);
+    if (strcmp(cfg->kernelgym.redis, "auto") != 0) {
+        kg_redis_url u;
+        dk_status st = kg_redis_url_parse(url, &u);
+        if (st == DK_OK) st = kg_redis_url_check_exposure(&u, cfg->kernelgym.insecure, "[kernelgym] insecure = true");
+        if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis: ");
+    }
     if (!strcmp(cfg->kernelgym.redis, "auto")) {
         kg_fleet_config fc;
         kg_fleet_config_default(&fc);
