@@ -140,7 +140,10 @@ static dk_status reconnect(kg_client *c, double until) {
         if (st == DK_OK) {
             kg_redis_set_timeout(rc, KG_CLIENT_BLOCK_S + 30.0);
             c->rc = rc;
-            st = recover(c);
+            /* Alive first: a restarted Redis lacks the mark, and a sweep by
+             * another client would take this one's results for orphans. */
+            st = kg_queue_client_alive(c->rc, c->name, KG_CLIENT_ALIVE_S);
+            if (st == DK_OK) st = recover(c);
             if (st == DK_OK) {
                 c->stats.reconnects++;
                 c->stats.down_s += dk_now() - c->down_since;
@@ -359,7 +362,18 @@ static dk_status redis_step(kg_client *c, kg_strmap *slots, kg_result *out, doub
         return r ? DK_OK : DK_ERR_RUNTIME;
     }
     DK_TRY(kg_queue_fetch_result(c->rc, id, 1, &json));
-    if (json) deliver(c, slots, out, id, json);
+    if (json) {
+        deliver(c, slots, out, id, json);
+    } else {
+        /* Notified, but the result is gone (swept while this client was cut
+         * off from a restarted Redis): run the job again. */
+        const char *text = kg_strmap_get(&c->sent, id, NULL);
+        if (text) {
+            const char *ids[1] = {id}, *texts[1] = {text};
+            DK_TRY(kg_queue_push(c->rc, 1, ids, texts, KG_JOB_TTL_S));
+            c->stats.resubmitted++;
+        }
+    }
     return DK_OK;
 }
 
