@@ -84,20 +84,6 @@ dk_status dk_mkdirs(const char *path) {
     return DK_OK;
 }
 
-dk_status dk_write_file_synced(const char *path, const void *data, size_t len) {
-    DK_TRY(dk_write_file(path, data, len));
-    return dk_fsync_path(path);
-}
-
-dk_status dk_fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return dk_fail(DK_ERR_RUNTIME, "%s: cannot open to sync: %s", path, strerror(errno));
-    int r = fsync(fd), e = errno;
-    close(fd);
-    if (r != 0) return dk_fail(DK_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(e));
-    return DK_OK;
-}
-
 int dk_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);

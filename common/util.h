@@ -21,10 +21,6 @@ char *dk_strdup(const char *s);
 dk_status dk_read_file(const char *path, char **out, size_t *len);
 dk_status dk_write_file(const char *path, const void *data, size_t len);
 dk_status dk_mkdirs(const char *path); /* mkdir -p */
-/* Flushes a file, or a directory's entries, to stable storage (fsync). */
-dk_status dk_fsync_path(const char *path);
-/* dk_write_file, then dk_fsync_path. */
-dk_status dk_write_file_synced(const char *path, const void *data, size_t len);
 int dk_file_exists(const char *path);
 int dk_dir_exists(const char *path);
 

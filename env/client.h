@@ -24,6 +24,16 @@
  * has started runs to its end (bounded by its own timeout_s); the deadline
  * only keeps the next ones from starting.
  *
+ * Redis mode rides out Redis restarts: a failed command makes the client
+ * reconnect, pausing between attempts with jittered exponential backoff
+ * (50 ms doubling to 2 s), for up to reconnect_s from the start of the
+ * outage (KG_CLIENT_RECONNECT_S unless kg_client_set_reconnect says
+ * otherwise). After each reconnect it looks up every job still without a
+ * result: one whose result is stored is notified again, one Redis has
+ * forgotten (a restart without persistence) is queued again. Calls fail
+ * only once an outage outlasts reconnect_s; kg_client_wait returns at its
+ * own deadline during an outage, and the next call goes on reconnecting.
+ *
  * A client is not thread-safe: use one per thread. Connecting ignores SIGPIPE
  * process-wide (when it still has its default action), so a dropped socket is
  * an error, not a dead process. */
@@ -37,6 +47,15 @@
 
 typedef struct kg_client kg_client;
 
+#define KG_CLIENT_RECONNECT_S 300.0 /* default: how long an outage may last */
+
+typedef struct {
+    long outages;     /* times the connection was lost */
+    long reconnects;  /* times it came back */
+    long resubmitted; /* jobs queued again because Redis had lost them */
+    double down_s;    /* seconds spent without a connection, in all */
+} kg_client_stats;
+
 /* Redis mode. NULL and *st set (naming the redacted URL) when Redis cannot be
  * reached or refuses the password. */
 kg_client *kg_client_connect(const char *url, dk_status *st);
@@ -44,6 +63,12 @@ kg_client *kg_client_connect(const char *url, dk_status *st);
  * server starts with the first eval job. */
 kg_client *kg_client_local(const kg_evaluator_config *cfg, dk_status *st);
 void kg_client_close(kg_client *c);
+
+/* How long an outage may last before calls fail (>= 0; 0: one attempt). */
+void kg_client_set_reconnect(kg_client *c, double seconds);
+void kg_client_get_stats(const kg_client *c, kg_client_stats *out);
+/* 1 while a Redis-mode client is without its connection. */
+int kg_client_is_down(const kg_client *c);
 
 /* "<host>-<pid>-<random>": the done list is kg:done:<name>. */
 const char *kg_client_name(const kg_client *c);

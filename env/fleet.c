@@ -1,4 +1,4 @@
-/* fleet.c: see fleet.h. */
+/* fleet.c: start, supervise and stop a fleet (fleet.h). */
 #define _GNU_SOURCE
 #include "env/fleet.h"
 
@@ -13,6 +13,11 @@
 
 #include "common/util.h"
 #include "env/proc_util.h"
+#include "env/redis_conn.h"
+
+#define KG_FLEET_BACKOFF_MIN_S 1.0
+#define KG_FLEET_BACKOFF_MAX_S 30.0
+#define KG_FLEET_STABLE_S 60.0 /* a worker that ran this long starts the next backoff afresh */
 
 void kg_fleet_config_default(kg_fleet_config *c) {
     memset(c, 0, sizeof *c);
@@ -48,7 +53,8 @@ int kg_fleet_find_exe(char *out, size_t n) {
     return kg_find_in_path("kernelgym", out, n);
 }
 
-static dk_status spawn_worker(kg_fleet *f, const kg_fleet_config *c, int gpu, const char *label) {
+/* Starts the worker of slot i (a new slot when i == f->n). */
+static dk_status spawn_worker(kg_fleet *f, const kg_fleet_config *c, int gpu, const char *label, int i) {
     char gpu_s[16];
     snprintf(gpu_s, sizeof gpu_s, "%d", gpu);
     const char *argv[16 + 64];
@@ -75,9 +81,13 @@ static dk_status spawn_worker(kg_fleet *f, const kg_fleet_config *c, int gpu, co
         fprintf(stderr, "kernelgym fleet: cannot run %s: %s\n", c->exe, strerror(errno));
         _exit(127);
     }
-    f->pid[f->n] = pid;
-    snprintf(f->label[f->n], sizeof f->label[f->n], "%s", label);
-    f->n++;
+    f->pid[i] = pid;
+    f->gpu[i] = gpu;
+    f->started[i] = dk_now();
+    f->restart_at[i] = 0;
+    if (f->backoff[i] <= 0) f->backoff[i] = KG_FLEET_BACKOFF_MIN_S;
+    if (label != f->label[i]) snprintf(f->label[i], sizeof f->label[i], "%s", label);
+    if (i == f->n) f->n++;
     return DK_OK;
 }
 
@@ -88,6 +98,7 @@ dk_status kg_fleet_start(kg_fleet *f, const kg_fleet_config *c0) {
         return dk_fail(DK_ERR_RUNTIME, "fleet: cannot find the kernelgym executable (set DK_BUILD or PATH)");
     int n = c.n_gpus > 0 ? c.n_gpus : c.n_cpu_workers;
     if (n < 1 || n > KG_FLEET_MAX) return dk_fail(DK_ERR_USAGE, "fleet: %d workers requested (1 to %d)", n, KG_FLEET_MAX);
+    f->cfg = c;
     if (strcmp(c.redis, "auto") == 0) {
         DK_TRY(kg_redis_auto_start(&f->redis, 10.0));
         f->own_redis = 1;
@@ -99,7 +110,7 @@ dk_status kg_fleet_start(kg_fleet *f, const kg_fleet_config *c0) {
         char label[32];
         if (c.n_gpus > 0) snprintf(label, sizeof label, "gpu%d", c.gpus[i]);
         else snprintf(label, sizeof label, "cpu%d", i);
-        dk_status s = spawn_worker(f, &c, c.n_gpus > 0 ? c.gpus[i] : -1, label);
+        dk_status s = spawn_worker(f, &c, c.n_gpus > 0 ? c.gpus[i] : -1, label, f->n);
         if (s != DK_OK) {
             kg_fleet_stop(f, 5.0);
             return s;
@@ -108,27 +119,110 @@ dk_status kg_fleet_start(kg_fleet *f, const kg_fleet_config *c0) {
     return DK_OK;
 }
 
+/* 1 when the fleet's Redis answers a PING right now. */
+static int redis_answers(const kg_fleet *f) {
+    kg_redis_url u;
+    redisContext *c = NULL;
+    int ok = kg_redis_url_parse(f->url, &u) == DK_OK && kg_redis_connect(&u, 2.0, &c) == DK_OK;
+    if (c) redisFree(c);
+    dk_error_clear();
+    return ok;
+}
+
+static void supervise_redis(kg_fleet *f) {
+    if (!f->own_redis) return;
+    char how[1024];
+    if (f->redis.pid > 0 && kg_redis_auto_alive(&f->redis, how, sizeof how)) return;
+    if (f->redis.pid > 0 || f->redis_retry_at == 0) /* just died */
+        fprintf(stderr, "kernelgym fleet: the private redis-server exited: %s; restarting it\n", how);
+    else if (dk_now() < f->redis_retry_at)
+        return;
+    if (kg_redis_auto_restart(&f->redis, 30.0) == DK_OK) {
+        f->redis_restarts++;
+        f->redis_retry_at = 0;
+        fprintf(stderr, "kernelgym fleet: private redis-server restarted (pid %d, restart %d), its AOF replayed\n",
+                (int)f->redis.pid, f->redis_restarts);
+    } else {
+        fprintf(stderr, "kernelgym fleet: %s; trying again in 5 s\n", dk_error());
+        f->redis_retry_at = dk_now() + 5.0;
+    }
+}
+
 int kg_fleet_check(kg_fleet *f) {
+    supervise_redis(f);
     int alive = 0;
     for (int i = 0; i < f->n; i++) {
-        if (f->pid[i] <= 0) continue;
-        int ws;
-        pid_t r = waitpid(f->pid[i], &ws, WNOHANG);
-        if (r == f->pid[i]) {
+        if (f->pid[i] > 0) {
+            int ws;
+            pid_t r = waitpid(f->pid[i], &ws, WNOHANG);
+            if (r != f->pid[i]) {
+                alive++;
+                continue;
+            }
             char how[160];
             kg_describe_exit(ws, how, sizeof how);
-            fprintf(stderr, "kernelgym fleet: worker %s (pid %d) exited: %s\n", f->label[i], (int)f->pid[i], how);
+            double ran = dk_now() - f->started[i];
+            /* A signal is a crash or a kill; an error exit with Redis away is
+             * a worker that gave up waiting for it. Either way it can work
+             * again. Anything else was the worker's own decision. */
+            int restart = WIFSIGNALED(ws) || (WIFEXITED(ws) && WEXITSTATUS(ws) != 0 && WEXITSTATUS(ws) != 127 &&
+                                              !redis_answers(f));
+            if (ran >= KG_FLEET_STABLE_S) f->backoff[i] = KG_FLEET_BACKOFF_MIN_S;
+            if (restart) {
+                fprintf(stderr, "kernelgym fleet: worker %s (pid %d) exited after %.0f s: %s; restarting it in %.0f s\n",
+                        f->label[i], (int)f->pid[i], ran, how, f->backoff[i]);
+                f->restart_at[i] = dk_now() + f->backoff[i];
+                f->backoff[i] = f->backoff[i] * 2 < KG_FLEET_BACKOFF_MAX_S ? f->backoff[i] * 2 : KG_FLEET_BACKOFF_MAX_S;
+            } else {
+                fprintf(stderr, "kernelgym fleet: worker %s (pid %d) exited: %s; it left on its own (its message is "
+                                "above), so it is not restarted\n", f->label[i], (int)f->pid[i], how);
+            }
             f->pid[i] = 0;
-        } else {
-            alive++;
+        }
+        if (f->pid[i] == 0 && f->restart_at[i] > 0) {
+            if (dk_now() >= f->restart_at[i]) {
+                if (spawn_worker(f, &f->cfg, f->gpu[i], f->label[i], i) == DK_OK) {
+                    f->worker_restarts++;
+                    fprintf(stderr, "kernelgym fleet: worker %s restarted (pid %d)\n", f->label[i], (int)f->pid[i]);
+                } else {
+                    fprintf(stderr, "kernelgym fleet: %s\n", dk_error());
+                    f->restart_at[i] = dk_now() + f->backoff[i];
+                }
+            }
+            alive++; /* running, or due to run */
         }
     }
     return alive;
 }
 
+static void *watch_main(void *arg) {
+    kg_fleet *f = arg;
+    while (!f->watch_quit) {
+        kg_fleet_check(f);
+        struct timespec ts = {0, 500 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+dk_status kg_fleet_watch(kg_fleet *f) {
+    f->watch_quit = 0;
+    if (pthread_create(&f->watcher, NULL, watch_main, f) != 0)
+        return dk_fail(DK_ERR_RUNTIME, "fleet: cannot start the supervising thread");
+    f->watching = 1;
+    return DK_OK;
+}
+
 void kg_fleet_stop(kg_fleet *f, double grace_s) {
-    for (int i = 0; i < f->n; i++)
+    if (f->watching) {
+        f->watch_quit = 1;
+        pthread_join(f->watcher, NULL);
+        f->watching = 0;
+    }
+    for (int i = 0; i < f->n; i++) {
+        f->restart_at[i] = 0;
         if (f->pid[i] > 0) kill(f->pid[i], SIGTERM);
+    }
     double deadline = dk_now() + grace_s;
     for (int i = 0; i < f->n; i++) {
         if (f->pid[i] <= 0) continue;

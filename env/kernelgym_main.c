@@ -60,6 +60,8 @@ static const char *usage_text =
     "\n"
     "Redis URLs: redis://[:password@]host:port[/db], unix:///path/to/sock?password=P,\n"
     "or auto. worker and submit read $KERNELGYM_REDIS when --redis is absent.\n"
+    "A non-loopback redis:// URL without a password is refused unless --insecure\n"
+    "(worker, serve, submit, score) is given.\n"
     "The harness caches reference timings per GPU model under $DK_KG_CACHE.\n"
     "exit codes: 0 done, 1 runtime failure, 2 usage error\n";
 
@@ -426,8 +428,13 @@ static int cmd_worker(int argc, char **argv) {
     kg_worker_config_default(&wc);
     const char *url = NULL;
     dk_status st = DK_OK;
+    int insecure = 0;
     for (; a.i < argc; a.i++) {
         int m;
+        if (kg_arg_switch(&a, "--insecure")) {
+            insecure = 1;
+            continue;
+        }
         if ((m = kg_arg_value(&a, "--redis", &url, &st)) || (m = worker_flag(&a, &wc, &st)) || (m = eval_flag(&a, &ef, &st))) {
             if (m < 0) return fail(st, a.cmd);
             continue;
@@ -440,6 +447,7 @@ static int cmd_worker(int argc, char **argv) {
         return fail(dk_fail(DK_ERR_USAGE, "--redis auto: a lone worker needs a shared Redis; use `kernelgym serve` for a local fleet"), a.cmd);
     kg_redis_url u;
     if ((st = kg_redis_url_parse(url, &u)) != DK_OK) return fail(dk_wrap(st, "--redis: "), a.cmd);
+    if ((st = kg_redis_url_check_exposure(&u, insecure, "--insecure")) != DK_OK) return fail(st, a.cmd);
     eval_flags_finish(&ef);
     wc.eval = ef.ev;
     snprintf(wc.redis_url, sizeof wc.redis_url, "%s", url);
@@ -483,8 +491,14 @@ static int cmd_serve(int argc, char **argv) {
     const char *redis = "auto", *gpus = NULL, *workers_s = NULL;
     passthrough pt = {.n = 0};
     dk_status st = DK_OK;
+    int insecure = 0;
     for (; a.i < argc; a.i++) {
         int first = a.i, m;
+        if (kg_arg_switch(&a, "--insecure")) { /* the workers need it too */
+            insecure = 1;
+            pass_on(&pt, &a, first);
+            continue;
+        }
         if ((m = kg_arg_value(&a, "--redis", &redis, &st)) || (m = kg_arg_value(&a, "--gpus", &gpus, &st)) ||
             (m = kg_arg_value(&a, "--workers", &workers_s, &st))) {
             if (m < 0) return fail(st, a.cmd);
@@ -510,6 +524,7 @@ static int cmd_serve(int argc, char **argv) {
     if (strcmp(redis, "auto") != 0) {
         kg_redis_url u;
         if ((st = kg_redis_url_parse(redis, &u)) != DK_OK) return fail(dk_wrap(st, "--redis: "), a.cmd);
+        if ((st = kg_redis_url_check_exposure(&u, insecure, "--insecure")) != DK_OK) return fail(st, a.cmd);
     }
     snprintf(fc.redis, sizeof fc.redis, "%s", redis);
     fc.extra = pt.argv;
@@ -528,7 +543,7 @@ static int cmd_serve(int argc, char **argv) {
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (kg_fleet_check(&f) == 0) {
-            fprintf(stderr, "kernelgym serve: every worker has exited; stopping\n");
+            fprintf(stderr, "kernelgym serve: every worker has left on its own; stopping\n");
             rc = 1;
             break;
         }
@@ -546,8 +561,13 @@ static int cmd_submit(int argc, char **argv) {
     kg_job_init(&job);
     const char *url = NULL, *task = NULL, *cand = NULL, *wait_s = NULL, *kind = "eval", *payload = NULL, *sleep_s = NULL;
     dk_status st = DK_OK;
+    int insecure = 0;
     for (; a.i < argc; a.i++) {
         int m;
+        if (kg_arg_switch(&a, "--insecure")) {
+            insecure = 1;
+            continue;
+        }
         if ((m = kg_arg_value(&a, "--redis", &url, &st)) || (m = kg_arg_value(&a, "--task", &task, &st)) ||
             (m = kg_arg_value(&a, "--candidate", &cand, &st)) || (m = kg_arg_value(&a, "--wait", &wait_s, &st)) ||
             (m = kg_arg_value(&a, "--kind", &kind, &st)) || (m = kg_arg_value(&a, "--payload", &payload, &st)) ||
@@ -569,6 +589,7 @@ static int cmd_submit(int argc, char **argv) {
         return fail(dk_fail(DK_ERR_USAGE, "--redis auto: submit needs the URL of a running fleet (kernelgym serve prints it)"), a.cmd);
     kg_redis_url u;
     if ((st = kg_redis_url_parse(url, &u)) != DK_OK) return fail(dk_wrap(st, "--redis: "), a.cmd);
+    if ((st = kg_redis_url_check_exposure(&u, insecure, "--insecure")) != DK_OK) return fail(st, a.cmd);
     char *task_src = NULL, *cand_src = NULL;
     char name[256] = "";
     if (job.kind == KG_JOB_EVAL) {
@@ -626,8 +647,13 @@ static int cmd_score(int argc, char **argv) {
     const char *tasks = NULL, *sols = NULL, *redis = NULL, *json_out = NULL, *gpus = NULL, *workers_s = NULL, *wait_s = NULL;
     passthrough pt = {.n = 0};
     dk_status st = DK_OK;
+    int insecure = 0;
     for (; a.i < argc; a.i++) {
         int first = a.i, m;
+        if (kg_arg_switch(&a, "--insecure")) {
+            insecure = 1;
+            continue;
+        }
         if ((m = kg_arg_value(&a, "--tasks", &tasks, &st)) || (m = kg_arg_value(&a, "--solutions", &sols, &st)) ||
             (m = kg_arg_value(&a, "--redis", &redis, &st)) || (m = kg_arg_value(&a, "--json", &json_out, &st)) ||
             (m = kg_arg_value(&a, "--gpus", &gpus, &st)) || (m = kg_arg_value(&a, "--workers", &workers_s, &st)) ||
@@ -655,6 +681,7 @@ static int cmd_score(int argc, char **argv) {
     if (redis && strcmp(redis, "auto") != 0) {
         kg_redis_url u;
         if ((st = kg_redis_url_parse(redis, &u)) != DK_OK) return fail(dk_wrap(st, "--redis: "), a.cmd);
+        if ((st = kg_redis_url_check_exposure(&u, insecure, "--insecure")) != DK_OK) return fail(st, a.cmd);
     }
     eval_flags_finish(&ef);
 

@@ -33,6 +33,14 @@ static void copy_id(char id[KG_ID_LEN], const char *s, size_t len) {
 dk_status kg_queue_push(redisContext *c, int n, const char *const *ids, const char *const *jsons, double job_ttl_s) {
     /* Chunks keep the pipeline's output buffer bounded for big sources. All
      * job keys of a chunk are written before its ids become visible. */
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(ids[i]);
+        /* Every reader copies an id into KG_ID_LEN bytes: a longer one would
+         * be cut, and its job then never completed nor removed. */
+        if (len == 0 || len >= KG_ID_LEN)
+            return dk_fail(DK_ERR_USAGE, "queueing job %d: id '%.40s%s' is %zu characters long (1 to %d allowed)", i,
+                           ids[i], len > 40 ? "..." : "", len, KG_ID_LEN - 1);
+    }
     const int chunk = 64;
     for (int b = 0; b < n; b += chunk) {
         int m = n - b < chunk ? n - b : chunk;
@@ -85,7 +93,7 @@ dk_status kg_queue_fetch_result(redisContext *c, const char *id, int forget, cha
 }
 
 dk_status kg_queue_drop_client(redisContext *c, const char *client) {
-    redisReply *r = kg_redis_cmd(c, "DEL kg:done:%s", client);
+    redisReply *r = kg_redis_cmd(c, "DEL kg:done:%s kg:client:%s", client, client);
     if (!r) return DK_ERR_RUNTIME;
     freeReplyObject(r);
     return DK_OK;
@@ -102,6 +110,28 @@ dk_status kg_queue_take(redisContext *c, const char *worker, double block_s, cha
     redisReply *r = kg_redis_cmd(c, "BLMOVE kg:queue kg:processing:%s RIGHT LEFT %.3f", worker,
                                  block_s < 0.001 ? 0.001 : block_s);
     if (!r) return DK_ERR_RUNTIME;
+    if (r->type == REDIS_REPLY_STRING && r->len >= KG_ID_LEN) {
+        /* Queued by something that bypassed kg_queue_push's check: drop it
+         * whole (by its full id), or it would move from worker to worker. */
+        fprintf(stderr, "kernelgym queue: dropping job id '%.40s...' (%zu characters, at most %d)\n", r->str,
+                (size_t)r->len, KG_ID_LEN - 1);
+        const char *lrem[] = {"LREM", NULL, "1", r->str};
+        const char *del[] = {"DEL", NULL};
+        char plist[KG_NAME_LEN + 32], *jkey = dk_malloc(r->len + 8);
+        snprintf(plist, sizeof plist, "kg:processing:%s", worker);
+        memcpy(jkey, "kg:job:", 7);
+        memcpy(jkey + 7, r->str, r->len);
+        size_t lrem_len[] = {4, strlen(plist), 1, r->len}, del_len[] = {3, r->len + 7};
+        lrem[1] = plist;
+        del[1] = jkey;
+        redisReply *x = kg_redis_argv(c, 4, lrem, lrem_len);
+        redisReply *y = x ? kg_redis_argv(c, 2, del, del_len) : NULL;
+        free(jkey);
+        if (x) freeReplyObject(x);
+        if (y) freeReplyObject(y);
+        freeReplyObject(r);
+        return x && y ? DK_OK : DK_ERR_RUNTIME;
+    }
     if (r->type == REDIS_REPLY_STRING) {
         copy_id(id, r->str, r->len);
         *got = 1;
@@ -235,4 +265,57 @@ dk_status kg_queue_get_stats(redisContext *c, kg_queue_stats *s) {
     }
     freeReplyObject(members);
     return st;
+}
+
+dk_status kg_queue_client_alive(redisContext *c, const char *client, double ttl_s) {
+    redisReply *r = kg_redis_cmd(c, "SET kg:client:%s 1 PX %lld", client, to_ms(ttl_s));
+    if (!r) return DK_ERR_RUNTIME;
+    freeReplyObject(r);
+    return DK_OK;
+}
+
+/* One done list found by the sweep: kept while its client is alive. */
+static dk_status sweep_one(redisContext *c, const char *key, int *n_results) {
+    const char *client = key + strlen("kg:done:");
+    redisReply *r = kg_redis_cmd(c, "EXISTS kg:client:%s", client);
+    if (!r) return DK_ERR_RUNTIME;
+    int alive = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    freeReplyObject(r);
+    if (alive) return DK_OK;
+    r = kg_redis_cmd(c, "LRANGE %s 0 -1", key);
+    if (!r) return DK_ERR_RUNTIME;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        redisReply *d = kg_redis_cmd(c, "DEL kg:result:%b", r->element[i]->str, (size_t)r->element[i]->len);
+        if (!d) {
+            freeReplyObject(r);
+            return DK_ERR_RUNTIME;
+        }
+        if (n_results) *n_results += (int)d->integer;
+        freeReplyObject(d);
+    }
+    freeReplyObject(r);
+    r = kg_redis_cmd(c, "DEL %s", key);
+    if (!r) return DK_ERR_RUNTIME;
+    freeReplyObject(r);
+    return DK_OK;
+}
+
+dk_status kg_queue_sweep_orphans(redisContext *c, int *n_results) {
+    if (n_results) *n_results = 0;
+    char cursor[32] = "0";
+    do {
+        redisReply *r = kg_redis_cmd(c, "SCAN %s MATCH kg:done:* COUNT 500", cursor);
+        if (!r) return DK_ERR_RUNTIME;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            freeReplyObject(r);
+            return dk_fail(DK_ERR_RUNTIME, "redis SCAN: unexpected reply");
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        dk_status st = DK_OK;
+        for (size_t i = 0; i < r->element[1]->elements && st == DK_OK; i++)
+            st = sweep_one(c, r->element[1]->element[i]->str, n_results);
+        freeReplyObject(r);
+        if (st != DK_OK) return st;
+    } while (strcmp(cursor, "0") != 0);
+    return DK_OK;
 }

@@ -9,6 +9,7 @@
  *   kg:hb:<w>             worker w's heartbeat (string with a TTL, SET PX)
  *   kg:workers            names of workers that may hold jobs (set)
  *   kg:reaper             lock so one reaper runs at a time (SET NX PX)
+ *   kg:client:<client>    the client is alive (string with a TTL, refreshed while it waits)
  *
  * A job moves queue -> processing atomically, so at every moment it is in
  * exactly one list (or completed). A worker completes a job in one MULTI/EXEC:
@@ -39,7 +40,13 @@ dk_status kg_queue_next_done(redisContext *c, const char *client, double block_s
 /* The stored result (malloc'd) or NULL when it is gone; deletes it when
  * forget != 0 (the client keeps its own copy). */
 dk_status kg_queue_fetch_result(redisContext *c, const char *id, int forget, char **json);
-dk_status kg_queue_drop_client(redisContext *c, const char *client); /* deletes the done list */
+dk_status kg_queue_drop_client(redisContext *c, const char *client); /* deletes the done list and alive mark */
+/* Marks the client alive for ttl_s (kg:client:<client>). */
+dk_status kg_queue_client_alive(redisContext *c, const char *client, double ttl_s);
+/* Deletes the done lists of clients no longer marked alive, and the results
+ * those lists name: nobody is left to collect them. *n_results (may be NULL)
+ * counts the results deleted. */
+dk_status kg_queue_sweep_orphans(redisContext *c, int *n_results);
 
 /* ---- workers -------------------------------------------------------------- */
 dk_status kg_queue_heartbeat(redisContext *c, const char *worker, double ttl_s);

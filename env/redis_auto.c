@@ -1,9 +1,10 @@
-/* redis_auto.c: start, probe and stop a private redis-server. */
+/* redis_auto.c: start, probe, restart and stop a private redis-server. */
 #define _GNU_SOURCE
 #include "env/redis_auto.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,15 +22,16 @@ int kg_redis_server_available(void) {
     return kg_find_in_path("redis-server", path, sizeof path);
 }
 
-static void remove_dir(const char *dir) {
-    const char *files[] = {"redis.sock", "redis.conf", "redis.log"};
-    char p[512];
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-        unlink(p);
-    }
-    rmdir(dir);
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    if (type == FTW_DP) rmdir(path);
+    else unlink(path);
+    return 0;
 }
+
+/* The dir holds the socket, config, log and the AOF directory. */
+static void remove_dir(const char *dir) { nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS); }
 
 static void log_tail(const char *dir, char *out, size_t n) {
     char p[512];
@@ -55,7 +57,8 @@ static dk_status write_config(const kg_redis_auto *ra, const char *password) {
                      "unixsocketperm 700\n"
                      "requirepass %s\n"
                      "save \"\"\n"
-                     "appendonly no\n"
+                     "appendonly yes\n"
+                     "appendfsync everysec\n"
                      "dir %s\n"
                      "logfile %s/redis.log\n"
                      "daemonize no\n",
@@ -66,6 +69,61 @@ static dk_status write_config(const kg_redis_auto *ra, const char *password) {
     close(fd);
     if (w != n) return dk_fail(DK_ERR_RUNTIME, "%s: short write", path);
     return DK_OK;
+}
+
+/* Starts redis-server on the dir's config (loading its AOF, if any) and
+ * waits until it answers; on failure nothing is left running. */
+static dk_status spawn_and_wait(kg_redis_auto *ra, double timeout_s, const char *what) {
+    char exe[4096];
+    if (!kg_find_in_path("redis-server", exe, sizeof exe))
+        return dk_fail(DK_ERR_RUNTIME, "%s: redis-server is not in PATH (install the redis-server package)", what);
+    char conf[512];
+    snprintf(conf, sizeof conf, "%s/redis.conf", ra->dir);
+    pid_t parent = ra->owner;
+    pid_t pid = fork();
+    if (pid < 0) return dk_fail(DK_ERR_RUNTIME, "%s: fork: %s", what, strerror(errno));
+    if (pid == 0) {
+        kg_child_setup(parent, SIGTERM);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+            dup2(devnull, 0);
+            dup2(devnull, 1);
+        }
+        execl(exe, "redis-server", conf, (char *)NULL);
+        _exit(127);
+    }
+    ra->pid = pid;
+    kg_redis_url u;
+    if (kg_redis_url_parse(ra->url, &u) != DK_OK) DK_ABORT("auto redis URL does not parse: %s", dk_error());
+    double deadline = dk_now() + timeout_s;
+    for (;;) {
+        int ws;
+        if (kg_wait_exit(pid, 0, &ws)) {
+            char why[128], tail[512];
+            kg_describe_exit(ws, why, sizeof why);
+            log_tail(ra->dir, tail, sizeof tail);
+            ra->pid = 0;
+            return dk_fail(DK_ERR_RUNTIME, "%s: redis-server stopped at start-up (%s)%s%s", what, why,
+                           tail[0] ? "; its log ends with: " : "", tail);
+        }
+        /* A server still loading its AOF answers LOADING: not ready yet. */
+        redisContext *c = NULL;
+        if (kg_redis_connect(&u, 1.0, &c) == DK_OK) {
+            redisFree(c);
+            dk_error_clear();
+            return DK_OK;
+        }
+        if (dk_now() > deadline) {
+            char tail[512];
+            log_tail(ra->dir, tail, sizeof tail);
+            kg_terminate(pid, 0, 5.0);
+            ra->pid = 0;
+            return dk_fail(DK_ERR_RUNTIME, "%s: redis-server did not answer within %.0f s%s%s", what, timeout_s,
+                           tail[0] ? "; its log ends with: " : "", tail);
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s) {
@@ -84,58 +142,40 @@ dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s) {
         remove_dir(ra->dir);
         return s;
     }
-    char conf[512];
-    snprintf(conf, sizeof conf, "%s/redis.conf", ra->dir);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        remove_dir(ra->dir);
-        return dk_fail(DK_ERR_RUNTIME, "--redis auto: fork: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        kg_child_setup(parent, SIGTERM);
-        int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) {
-            dup2(devnull, 0);
-            dup2(devnull, 1);
-        }
-        execl(exe, "redis-server", conf, (char *)NULL);
-        _exit(127);
-    }
-    ra->pid = pid;
-    ra->owner = parent;
     snprintf(ra->url, sizeof ra->url, "unix://%s/redis.sock?password=%s", ra->dir, password);
+    ra->owner = getpid();
+    s = spawn_and_wait(ra, timeout_s, "--redis auto");
+    if (s != DK_OK) remove_dir(ra->dir);
+    return s;
+}
 
-    kg_redis_url u;
-    if (kg_redis_url_parse(ra->url, &u) != DK_OK) DK_ABORT("auto redis URL does not parse: %s", dk_error());
-    double deadline = dk_now() + timeout_s;
-    for (;;) {
-        int ws;
-        if (kg_wait_exit(pid, 0, &ws)) {
-            char why[128], tail[512];
-            kg_describe_exit(ws, why, sizeof why);
-            log_tail(ra->dir, tail, sizeof tail);
-            ra->pid = 0;
-            remove_dir(ra->dir);
-            return dk_fail(DK_ERR_RUNTIME, "--redis auto: redis-server stopped at start-up (%s)%s%s", why,
-                           tail[0] ? "; its log ends with: " : "", tail);
-        }
-        redisContext *c = NULL;
-        if (kg_redis_connect(&u, 1.0, &c) == DK_OK) {
-            redisFree(c);
-            dk_error_clear();
-            return DK_OK;
-        }
-        if (dk_now() > deadline) {
-            char tail[512];
-            log_tail(ra->dir, tail, sizeof tail);
-            kg_redis_auto_stop(ra);
-            return dk_fail(DK_ERR_RUNTIME, "--redis auto: redis-server did not answer within %.0f s%s%s", timeout_s,
-                           tail[0] ? "; its log ends with: " : "", tail);
-        }
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+int kg_redis_auto_alive(kg_redis_auto *ra, char *how, size_t n) {
+    if (ra->pid <= 0) {
+        snprintf(how, n, "not running");
+        return 0;
     }
+    int ws;
+    if (!kg_wait_exit(ra->pid, 0, &ws)) return 1;
+    char why[128], tail[512];
+    kg_describe_exit(ws, why, sizeof why);
+    log_tail(ra->dir, tail, sizeof tail);
+    for (char *p = tail; *p; p++)
+        if (*p == '\n') *p = ' ';
+    snprintf(how, n, "%s%s%s", why, tail[0] ? "; its log ends with: " : "", tail);
+    ra->pid = 0;
+    return 0;
+}
+
+dk_status kg_redis_auto_restart(kg_redis_auto *ra, double timeout_s) {
+    if (ra->owner != getpid()) return dk_fail(DK_ERR_RUNTIME, "private redis: only the process that started it may restart it");
+    if (ra->pid > 0) {
+        kg_terminate(ra->pid, 0, 5.0);
+        ra->pid = 0;
+    }
+    char sock[512];
+    snprintf(sock, sizeof sock, "%s/redis.sock", ra->dir);
+    unlink(sock); /* a killed server leaves it behind */
+    return spawn_and_wait(ra, timeout_s, "private redis restart");
 }
 
 void kg_redis_auto_stop(kg_redis_auto *ra) {

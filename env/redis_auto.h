@@ -1,9 +1,13 @@
 /* redis_auto.h: `--redis auto`, a private redis-server for one machine. It
  * listens only on a unix socket inside a fresh 0700 temp dir, requires a
  * random password (written to a 0600 config file, never on a command line),
- * keeps nothing on disk (save "", appendonly no), lives in its own process
- * group and dies with the process that started it. Stop it with
- * kg_redis_auto_stop, which also removes the temp dir. */
+ * keeps an append-only file in that dir (appendonly yes, fsync every second;
+ * no snapshots), lives in its own process group and dies with the process
+ * that started it. When it dies, kg_redis_auto_restart starts it again on
+ * the same socket and password and it replays the AOF, so queued jobs and
+ * stored results survive (what the last second wrote may not: the clients
+ * queue again what is missing, client.h). Stop it with kg_redis_auto_stop,
+ * which also removes the temp dir. */
 #ifndef KG_REDIS_AUTO_H
 #define KG_REDIS_AUTO_H
 
@@ -26,6 +30,12 @@ typedef struct {
  * follows the starting thread). */
 dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s);
 void kg_redis_auto_stop(kg_redis_auto *ra);
+/* 1 while the server runs; 0 once it has exited (reaped: how then says how,
+ * with the end of its log, so a log names the true cause). */
+int kg_redis_auto_alive(kg_redis_auto *ra, char *how, size_t n);
+/* Starts it again (stopping it first if it still runs) and waits up to
+ * timeout_s for it to answer, its AOF loaded. Only its starter may. */
+dk_status kg_redis_auto_restart(kg_redis_auto *ra, double timeout_s);
 
 /* 1 when redis-server can be found in PATH. */
 int kg_redis_server_available(void);

@@ -135,6 +135,23 @@ dk_status kg_redis_url_parse(const char *url, kg_redis_url *u) {
     return DK_OK;
 }
 
+static int is_loopback(const char *host) {
+    return !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1") ||
+           !strcmp(host, "0:0:0:0:0:0:0:1");
+}
+
+dk_status kg_redis_url_check_exposure(const kg_redis_url *u, int insecure, const char *allow) {
+    if (u->is_unix || u->password[0] || is_loopback(u->host)) return DK_OK;
+    if (!insecure)
+        return dk_fail(DK_ERR_USAGE,
+                       "redis://%s:%d has no password on a non-loopback address: anyone who can reach it can read "
+                       "jobs and forge results; add a password to the URL (and requirepass to Redis), or pass %s",
+                       u->host, u->port, allow);
+    fprintf(stderr, "warning: redis://%s:%d is used without a password on a non-loopback address (%s)\n", u->host,
+            u->port, allow);
+    return DK_OK;
+}
+
 void kg_redis_url_redact(const char *url, char *out, size_t n) {
     char buf[2048];
     snprintf(buf, sizeof buf, "%s", url ? url : "");
@@ -196,7 +213,11 @@ dk_status kg_redis_connect(const kg_redis_url *u, double timeout_s, redisContext
     if (u->password[0]) {
         r = u->user[0] ? redisCommand(c, "AUTH %s %s", u->user, u->password) : redisCommand(c, "AUTH %s", u->password);
         if (!r || r->type == REDIS_REPLY_ERROR) {
-            dk_status s = dk_fail(DK_ERR_RUNTIME, "redis %s: authentication failed: %s", w, r ? r->str : c->errstr);
+            /* No reply is a connection that dropped (a server going down),
+             * not a refused password: say which. */
+            dk_status s = r ? dk_fail(DK_ERR_RUNTIME, "redis %s: authentication failed: %s", w, r->str)
+                            : dk_fail(DK_ERR_RUNTIME, "redis %s: the connection dropped before authenticating: %s", w,
+                                      c->errstr[0] ? c->errstr : "no reply");
             if (r) freeReplyObject(r);
             redisFree(c);
             return s;

@@ -27,6 +27,11 @@ typedef struct {
 } kg_redis_url;
 
 dk_status kg_redis_url_parse(const char *url, kg_redis_url *out);
+/* A Redis reached over TCP on a non-loopback address without a password lets
+ * anyone on the network read jobs and forge results: refused (DK_ERR_USAGE,
+ * naming the flag or key that allows it, `allow`) unless insecure is set, in
+ * which case a warning goes to stderr. Unix sockets and loopback pass. */
+dk_status kg_redis_url_check_exposure(const kg_redis_url *u, int insecure, const char *allow);
 /* Writes the URL back with the password replaced by "***". */
 void kg_redis_url_redact(const char *url, char *out, size_t n);
 

@@ -102,3 +102,8 @@ void *kg_strmap_remove(kg_strmap *m, const char *key, int *found) {
     if (found) *found = 0;
     return NULL;
 }
+
+void kg_strmap_each(const kg_strmap *m, void (*fn)(const char *key, void *value, void *user), void *user) {
+    for (size_t b = 0; b < m->n_buckets; b++)
+        for (kg_strmap_entry *e = m->buckets[b]; e; e = e->next) fn(e->key, e->value, user);
+}

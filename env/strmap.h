@@ -22,5 +22,7 @@ void *kg_strmap_put(kg_strmap *m, const char *key, void *value);
 void *kg_strmap_get(const kg_strmap *m, const char *key, int *found);
 /* Removes the key; returns its value (NULL when absent); *found tells. */
 void *kg_strmap_remove(kg_strmap *m, const char *key, int *found);
+/* Calls fn on every entry, in no particular order; fn must not change the map. */
+void kg_strmap_each(const kg_strmap *m, void (*fn)(const char *key, void *value, void *user), void *user);
 
 #endif

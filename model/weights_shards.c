@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/durable.h"
 #include "common/util.h"
 
 static void map_init(weights_map *m, const model_config *c, const param_layout *pl) {

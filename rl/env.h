@@ -52,6 +52,9 @@ struct rl_env {
     /* Set by the caller (may be NULL): called as results come in. */
     void (*progress)(void *user, long done, long total);
     void *progress_user;
+    /* Pairs scored 0 because the judge stayed unreachable past its deadline;
+     * the environment adds to it, the caller reads and resets it. */
+    long judge_lost;
 };
 
 void rl_turn_result_clear(rl_turn_result *r);

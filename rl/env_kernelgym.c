@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/util.h"
 #include "rl/extract.h"
@@ -17,11 +18,25 @@ typedef struct {
     rl_kg_config cfg;
 } kg_env;
 
-static void ensure_client(kg_env *k) {
+/* Connects when there is no client; with patient set, retries with backoff
+ * for up to reconnect_s (a Redis being restarted), else tries once. */
+static void ensure_client(kg_env *k, int patient) {
     if (k->client) return;
-    dk_status st;
-    k->client = kg_client_connect(k->url, &st);
-    if (!k->client) fprintf(stderr, "warning: kernelgym: %s; this batch is scored 0\n", dk_error());
+    const double t0 = dk_now();
+    double pause = 0.05;
+    for (;;) {
+        dk_status st;
+        k->client = kg_client_connect(k->url, &st);
+        if (k->client) {
+            kg_client_set_reconnect(k->client, k->cfg.reconnect_s);
+            return;
+        }
+        if (!patient || dk_now() - t0 >= k->cfg.reconnect_s) break;
+        struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+        nanosleep(&ts, NULL);
+        pause = pause * 2 < 2.0 ? pause * 2 : 2.0;
+    }
+    fprintf(stderr, "warning: kernelgym: %s; this batch is scored 0\n", dk_error());
 }
 
 static const char *no_code_feedback =
@@ -69,15 +84,21 @@ static void kg_score(rl_env *env, const rl_task *tasks, const char *const *respo
     int n_done = 0;
     dk_status st = DK_OK;
     if (n_jobs) {
-        ensure_client(k);
+        ensure_client(k, 1);
         st = k->client ? kg_client_submit_batch(k->client, jobs, n_jobs, res) : DK_ERR_RUNTIME;
     }
     /* Wait in slices so the caller sees results arrive; a slice's deadline
-     * passing is not an error, the wait simply continues. */
+     * passing is not an error, the wait simply continues. Time without Redis
+     * does not count against the batch: the wait is extended by it, and
+     * while Redis is away the client decides when to give up. */
     const double deadline = dk_now() + k->cfg.wait_s;
+    kg_client_stats cs0 = {0}, cs;
+    if (k->client) kg_client_get_stats(k->client, &cs0);
     while (st == DK_OK && n_jobs && n_done < n_jobs) {
-        double left = deadline - dk_now();
-        if (left <= 0) break;
+        kg_client_get_stats(k->client, &cs);
+        double left = deadline + (cs.down_s - cs0.down_s) - dk_now();
+        if (left <= 0 && !kg_client_is_down(k->client)) break;
+        if (left <= 0) left = 1.0;
         st = kg_client_wait(k->client, res, n_jobs, left < 1.0 ? left : 1.0, &n_done);
         if (env->progress) env->progress(env->progress_user, n_done + (n - n_jobs), n);
     }
@@ -92,6 +113,7 @@ static void kg_score(rl_env *env, const rl_task *tasks, const char *const *respo
         if (slot[i] < 0) continue;
         kg_result *r = &res[slot[i]];
         if (st != DK_OK && r->status == KG_STATUS_PENDING) {
+            env->judge_lost++;
             out[i].outcome = RL_OUT_ERROR;
             char fb[1200];
             snprintf(fb, sizeof fb, "The evaluation could not run: %s", lost);
@@ -127,8 +149,8 @@ static void kg_env_free(rl_env *env) {
 rl_env *rl_env_kernelgym_new(const char *url, const rl_kg_config *cfg) {
     kg_env *k = dk_calloc(1, sizeof *k);
     k->url = dk_strdup(url);
-    ensure_client(k);
     k->cfg = *cfg;
+    ensure_client(k, 0);
     rl_env *env = dk_calloc(1, sizeof *env);
     env->name = "kernelgym";
     env->score = kg_score;

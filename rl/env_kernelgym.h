@@ -13,14 +13,17 @@
 typedef struct {
     double timeout_s;    /* per evaluation */
     double wait_s;       /* for a whole batch; past it the rest count as timeouts */
+    double reconnect_s;  /* how long a lost Redis is retried before its evaluations are scored 0 */
     kg_reward_config reward;
     const char *device;  /* "cpu" | "cuda" | NULL (the worker's) */
 } rl_kg_config;
 
-/* Connects to the KernelGym Redis at url. When it cannot be reached, the env
- * still works: every turn is scored 0 with outcome error and a feedback that
- * says why, a warning goes to stderr, and the next batch tries to connect
- * again, so a run survives a judge that comes and goes. */
+/* Connects to the KernelGym Redis at url. A Redis that goes away during a
+ * batch is reconnected to for up to reconnect_s (the jobs it lost are queued
+ * again, client.h), and the batch's wait is extended by the time it was
+ * away. Only past reconnect_s is a turn scored 0 with outcome error and a
+ * feedback that says why; those turns are added to env->judge_lost, a
+ * warning goes to stderr, and the next batch tries to connect again. */
 rl_env *rl_env_kernelgym_new(const char *url, const rl_kg_config *cfg);
 
 #endif

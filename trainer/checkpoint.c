@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/durable.h"
 #include "common/util.h"
 #include "model/weights.h"
 #include "trainer/ckpt_manifest.h"

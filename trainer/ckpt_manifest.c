@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/crc32c.h"
+#include "common/durable.h"
 #include "common/util.h"
 #include "model/weights_shards.h"
 

@@ -100,6 +100,9 @@ typedef struct dk_config {
         double timeout_s;
         kg_device device;
         int workers;
+        double reconnect_s;
+        bool insecure;
+        int fail_step_after;
     } kernelgym;
     struct {
         int every, keep;

@@ -174,6 +174,15 @@ const config_key config_keys[] = {
            "where a private fleet (redis = auto) evaluates: cuda, or cpu through the Triton interpreter "
            "(correctness and hack checks only, no timing); auto: cuda when run.device is cuda"),
     K_INT(kernelgym, workers, "1", CR_POS, "workers of a private fleet (one per GPU on cuda)"),
+    K_FLOAT(kernelgym, reconnect_s, "300", CR_NONNEG,
+            "how long the trainer keeps reconnecting to a lost Redis (and queueing again the jobs it lost) before "
+            "the evaluations it waits for are scored 0"),
+    K_BOOL(kernelgym, insecure, "false", 0,
+           "allow a redis:// URL on a non-loopback address without a password (anyone who reaches it can forge "
+           "results); a warning is printed"),
+    K_INT(kernelgym, fail_step_after, "3", CR_NONNEG,
+          "end the run (exit 1) when this many steps in a row had evaluations scored 0 because KernelGym could not "
+          "be reached (0: never)"),
 
     K_INT(ckpt, every, "50", CR_NONNEG, "write a checkpoint every this many steps (0: only at the end)"),
     K_INT(ckpt, keep, "3", CR_NONNEG, "keep the newest this many checkpoints (0: keep all)"),

@@ -1,5 +1,5 @@
 /* metrics.c: builds one JSON line per step by hand: keys are our own
- * identifiers and values numbers, so no escaping beyond strings is needed. */
+ * identifiers and values numbers or short strings (escaped as JSON). */
 #include "trainer/metrics.h"
 
 #include <errno.h>
@@ -7,34 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-dk_status metrics_open(metrics_log *m, const char *run_dir, int keep_upto) {
+#include "common/utf8.h"
+
+dk_status metrics_open(metrics_log *m, const char *run_dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    char *kept = NULL;
-    size_t n_kept = 0;
-    if (keep_upto >= 0) {
-        FILE *old = fopen(path, "r");
-        if (old) {
-            char line[sizeof m->line + 64];
-            kept = malloc(1);
-            while (fgets(line, sizeof line, old)) {
-                int step;
-                if (sscanf(line, "{\"step\":%d", &step) != 1 || step > keep_upto) continue;
-                size_t n = strlen(line);
-                kept = realloc(kept, n_kept + n + 1);
-                memcpy(kept + n_kept, line, n);
-                n_kept += n;
-            }
-            fclose(old);
-        }
-    }
-    m->f = fopen(path, "w");
-    if (!m->f) {
-        free(kept);
-        return dk_fail(DK_ERR_RUNTIME, "%s: cannot open for writing: %s", path, strerror(errno));
-    }
-    if (n_kept) fwrite(kept, 1, n_kept, m->f);
-    free(kept);
+    m->f = fopen(path, "a");
+    if (!m->f) return dk_fail(DK_ERR_RUNTIME, "%s: cannot open for appending: %s", path, strerror(errno));
     m->len = 0;
     snprintf(path, sizeof path, "%s/tb", run_dir);
     dk_status st = tb_open(&m->tb, path);
@@ -67,15 +46,28 @@ void metrics_add(metrics_log *m, const char *key, double value) {
 }
 
 void metrics_add_str(metrics_log *m, const char *key, const char *value) {
+    char *clean = dk_utf8_sanitize(value, strlen(value), NULL);
     char v[1024];
     size_t j = 0;
     v[j++] = '"';
-    for (const char *p = value; *p && j < sizeof v - 3; p++) {
-        if (*p == '"' || *p == '\\') v[j++] = '\\';
-        v[j++] = (*p == '\n') ? ' ' : *p;
+    const unsigned char *p = (const unsigned char *)clean;
+    for (; *p && j < sizeof v - 8; p++) {
+        if (*p == '"' || *p == '\\') {
+            v[j++] = '\\';
+            v[j++] = (char)*p;
+        } else if (*p < 0x20) {
+            j += (size_t)snprintf(v + j, sizeof v - j, "\\u%04x", *p);
+        } else {
+            v[j++] = (char)*p;
+        }
+    }
+    if ((*p & 0xC0) == 0x80) { /* cut inside a character: drop its first bytes too */
+        while (j > 1 && ((unsigned char)v[j - 1] & 0xC0) == 0x80) j--;
+        if (j > 1) j--;
     }
     v[j++] = '"';
     v[j] = '\0';
+    free(clean);
     put(m, "%s\"%s\":%s", key, v);
 }
 

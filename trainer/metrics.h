@@ -20,10 +20,9 @@ typedef struct {
     int have_tb;
 } metrics_log;
 
-/* Opens RUN_DIR/metrics.jsonl. keep_upto < 0 starts it empty; otherwise the
- * lines of steps <= keep_upto are kept and later ones dropped (a resumed run
- * redoes those steps, so each step appears once). */
-dk_status metrics_open(metrics_log *m, const char *run_dir, int keep_upto);
+/* Opens RUN_DIR/metrics.jsonl for appending: run_logs_resume (run_logs.h)
+ * has cut it back to the step the run continues from. */
+dk_status metrics_open(metrics_log *m, const char *run_dir);
 void metrics_begin(metrics_log *m, int step);
 void metrics_add(metrics_log *m, const char *key, double value);
 void metrics_add_str(metrics_log *m, const char *key, const char *value);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "env/redis_conn.h"
 #include "rl/env_kernelgym.h"
 #include "rl/env_toy.h"
 
@@ -29,6 +30,12 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
     const char *device = fleet_device(cfg);
     char url[2048];
     snprintf(url, sizeof url, "%s", cfg->kernelgym.redis);
+    if (strcmp(cfg->kernelgym.redis, "auto") != 0) {
+        kg_redis_url u;
+        dk_status st = kg_redis_url_parse(url, &u);
+        if (st == DK_OK) st = kg_redis_url_check_exposure(&u, cfg->kernelgym.insecure, "[kernelgym] insecure = true");
+        if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis: ");
+    }
     if (!strcmp(cfg->kernelgym.redis, "auto")) {
         kg_fleet_config fc;
         kg_fleet_config_default(&fc);
@@ -43,6 +50,9 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
         st = kg_fleet_start(&s->fleet, &fc);
         if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis = auto: ");
         s->have_fleet = 1;
+        /* Dead workers and a dead Redis are restarted while the run goes on. */
+        st = kg_fleet_watch(&s->fleet);
+        if (st != DK_OK) return st;
         snprintf(url, sizeof url, "%s", s->fleet.url);
         printf("kernelgym: private fleet, %d %s worker(s)\n", s->fleet.n, device);
     }
@@ -50,6 +60,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
     kc.timeout_s = cfg->kernelgym.timeout_s;
     /* The whole batch may queue behind few workers: give it room, bounded. */
     kc.wait_s = cfg->kernelgym.timeout_s * (2.0 + (double)cfg->train.batch_size / cfg->kernelgym.workers);
+    kc.reconnect_s = cfg->kernelgym.reconnect_s;
     kg_reward_config_default(&kc.reward, KG_REWARD_PROFILE);
     kc.reward.alpha = cfg->rl.reward_alpha;
     kc.reward.speedup_cap = cfg->rl.speedup_cap;

@@ -80,6 +80,7 @@ void rl_metrics_write(metrics_log *ml, int step, const rl_step_summary *s, const
     metrics_add(ml, "no_code_rate", s->no_code_rate);
     metrics_add(ml, "timeout_rate", s->timeout_rate);
     metrics_add(ml, "error_rate", s->error_rate);
+    metrics_add(ml, "judge_lost", (double)s->judge_lost);
     metrics_add(ml, "coverage_mean", s->coverage_mean);
     metrics_add(ml, "speedup_mean", s->speedup_mean);
     metrics_add(ml, "prs_drop_rate", s->prs_drop_rate);
@@ -115,5 +116,8 @@ void rl_metrics_print(int step, int steps, const rl_step_summary *s, const rl_ro
            s->fast1, s->correct_rate, s->hack_rate, us->ppo.approx_kl,
            us->ppo.clip_frac_low + us->ppo.clip_frac_high, us->grad_norm, rs->generate_s, rs->env_s, us->train_s,
            step_s);
+    if (s->judge_lost > 0)
+        printf("step %5d/%d | judge lost %ld: KernelGym stayed unreachable, those evaluations were scored 0\n", step,
+               steps, s->judge_lost);
     fflush(stdout);
 }

@@ -21,6 +21,7 @@ typedef struct {
     double prs_drop_rate;
     double response_len_mean;
     int n_evaluated;
+    long judge_lost;         /* evaluations scored 0 because the judge stayed unreachable (rl_env.judge_lost) */
 } rl_step_summary;
 
 void rl_metrics_summarise(rl_step_summary *s, const rl_rollout *ro, int n, int max_turns, const float *rewards,

@@ -25,6 +25,8 @@
 #include "trainer/rl_batch.h"
 #include "trainer/rl_dump.h"
 #include "trainer/rl_metrics.h"
+#include "trainer/run_begin.h"
+#include "trainer/run_logs.h"
 #include "trainer/rollout_session.h"
 #include "trainer/rl_update.h"
 
@@ -77,7 +79,9 @@ dk_status rl_run(const dk_config *cfg) {
         have_ref = st == DK_OK;
         if (st == DK_OK) st = run_setup_initial_weights(&ref, cfg);
     }
-    if (st == DK_OK) st = metrics_open(&ml, cfg->run.dir, start > 0 ? start : -1);
+    int complete = 0;
+    if (st == DK_OK) st = run_begin(cfg, start, &complete);
+    if (st == DK_OK && !complete) st = metrics_open(&ml, cfg->run.dir);
 
     lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps, cfg->run.steps};
     adv_config ac;
@@ -96,8 +100,9 @@ dk_status rl_run(const dk_config *cfg) {
     rl_task *batch_tasks = dk_calloc((size_t)n_tasks, sizeof *batch_tasks);
     int64_t *task_ids = dk_calloc((size_t)n_tasks, sizeof *task_ids);
     rl_rollout *ro = dk_calloc((size_t)B, sizeof *ro);
+    int lost_steps = 0; /* steps in a row with evaluations the judge could not run */
 
-    for (int step = start; step < cfg->run.steps && st == DK_OK; step++) {
+    for (int step = start; step < cfg->run.steps && st == DK_OK && !complete; step++) {
         double t_step = dk_now();
         for (int i = 0; i < n_tasks; i++) {
             int k = task_at(cfg, (long)step * n_tasks + i, ss.es.n_tasks);
@@ -109,6 +114,19 @@ dk_status rl_run(const dk_config *cfg) {
         rl_rollout_stats rs;
         st = rl_rollout_batch(ss.eng, ss.r.tok, ss.es.env, batch_tasks, n_tasks, S, &rc, ro, &rs);
         if (st != DK_OK) break;
+        /* A batch the judge could not score is trained on (its turns count as
+         * errors) unless it is one of fail_step_after in a row. */
+        const long judge_lost = ss.es.env->judge_lost;
+        ss.es.env->judge_lost = 0;
+        lost_steps = judge_lost > 0 ? lost_steps + 1 : 0;
+        if (cfg->kernelgym.fail_step_after > 0 && lost_steps >= cfg->kernelgym.fail_step_after) {
+            rl_rollout_free(ss.eng, ro, B);
+            st = dk_fail(DK_ERR_RUNTIME,
+                         "step %d: %ld evaluations could not run; KernelGym was unreachable for %d steps in a row "
+                         "([kernelgym] fail_step_after = %d, reconnect_s = %g)",
+                         step + 1, judge_lost, lost_steps, cfg->kernelgym.fail_step_after, cfg->kernelgym.reconnect_s);
+            break;
+        }
 
         memset(rewards, 0, cells * sizeof(float));
         memset(valid, 0, cells);
@@ -148,6 +166,7 @@ dk_status rl_run(const dk_config *cfg) {
         if (st == DK_OK) {
             rl_step_summary sum;
             rl_metrics_summarise(&sum, ro, B, turns, rewards, &ps);
+            sum.judge_lost = judge_lost;
             double step_s = dk_now() - t_step;
             rl_metrics_write(&ml, step + 1, &sum, &rs, &us, uc.lr, step_s);
             rl_metrics_print(step + 1, cfg->run.steps, &sum, &rs, &us, step_s);
@@ -159,7 +178,8 @@ dk_status rl_run(const dk_config *cfg) {
         int every = cfg->ckpt.every;
         if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
             ckpt_state cs = {step + 1, (long)(step + 1) * n_tasks, (uint64_t)cfg->run.seed, 1};
-            st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
+            st = run_logs_mark(cfg->run.dir, step + 1);
+            if (st == DK_OK) st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
             if (st == DK_OK) printf("checkpoint: %s/ckpt/step_%08d\n", cfg->run.dir, step + 1);
         }
     }

@@ -15,6 +15,8 @@
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#include "trainer/run_begin.h"
+#include "trainer/run_logs.h"
 #include "trainer/micro_batch.h"
 #include "trainer/model_setup.h"
 #include "trainer/optim.h"
@@ -74,8 +76,11 @@ dk_status sft_run(const dk_config *cfg) {
     int start = 0;
     st = ckpt_resume(cfg, m, &opt, &start);
     if (st != DK_OK) goto done;
+    int complete = 0;
+    st = run_begin(cfg, start, &complete);
+    if (st != DK_OK || complete) goto done;
     metrics_log ml;
-    st = metrics_open(&ml, cfg->run.dir, start > 0 ? start : -1);
+    st = metrics_open(&ml, cfg->run.dir);
     if (st != DK_OK) goto done;
 
     packed p;
@@ -139,6 +144,8 @@ dk_status sft_run(const dk_config *cfg) {
         int every = cfg->ckpt.every;
         if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
             ckpt_state cs = {step + 1, (long)(step + 1) * B, (uint64_t)cfg->run.seed, 1};
+            st = run_logs_mark(cfg->run.dir, step + 1);
+            if (st != DK_OK) goto done_loop;
             st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
             if (st != DK_OK) goto done_loop;
             printf("checkpoint: %s/ckpt/step_%08d\n", cfg->run.dir, step + 1);

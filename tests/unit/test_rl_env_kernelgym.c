@@ -1,7 +1,8 @@
 /* The RL side of KernelGym on the CPU: a private fleet (redis-server + one
  * worker through the Triton interpreter) scores a batch of responses with
  * every outcome the rollout must survive, and an unreachable Redis scores a
- * batch 0 without failing:
+ * batch 0 without failing, only after [kernelgym] reconnect_s, and counts the
+ * turns in env->judge_lost:
  *   honest Triton candidate      -> ok, correct, reward (1 - alpha) * coverage
  *   no python block              -> no_code, reward 0, never sent
  *   a task that does not load    -> error, reward 0
@@ -73,6 +74,7 @@ int main(void) {
     rl_kg_config kc;
     kc.timeout_s = 4;
     kc.wait_s = 240;
+    kc.reconnect_s = 30;
     kc.device = "cpu";
     kg_reward_config_default(&kc.reward, KG_REWARD_PROFILE);
     rl_env *env = rl_env_kernelgym_new(fleet.url, &kc);
@@ -91,13 +93,20 @@ int main(void) {
     CHECK(res[3].outcome == RL_OUT_TIMEOUT && res[3].reward == 0.0, "endless candidate: %s",
           rl_outcome_name(res[3].outcome));
     for (int i = 0; i < 4; i++) CHECK(res[i].feedback && res[i].feedback[0], "feedback %d is empty", i);
+    CHECK(env->judge_lost == 0, "judge_lost %ld with a live fleet", env->judge_lost);
     for (int i = 0; i < 4; i++) rl_turn_result_clear(&res[i]);
     env->free(env);
     kg_fleet_stop(&fleet, 10.0);
 
-    /* Nothing listens on port 1: the batch is scored 0, nothing failures. */
+    /* Nothing listens on port 1: after reconnect_s of retries the batch is
+     * scored 0, nothing fails, and the 3 answers with code count as lost. */
+    kc.reconnect_s = 1.5;
     env = rl_env_kernelgym_new("redis://127.0.0.1:1", &kc);
+    t0 = dk_now();
     env->score(env, tasks, responses, 4, res);
+    double waited = dk_now() - t0;
+    CHECK(waited >= 1.5 && waited < 10, "unreachable redis: gave up after %.2f s, want reconnect_s = 1.5", waited);
+    CHECK(env->judge_lost == 3, "judge_lost %ld, want 3", env->judge_lost);
     CHECK(res[0].outcome == RL_OUT_ERROR && res[0].reward == 0.0, "unreachable redis: %s",
           rl_outcome_name(res[0].outcome));
     CHECK(res[0].feedback && strstr(res[0].feedback, "could not run"), "unreachable feedback: %s",
