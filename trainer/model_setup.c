@@ -38,8 +38,7 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     size_t scratch = model_scratch_bytes(&mc, max_tokens);
     if (extra_scratch > scratch) scratch = extra_scratch;
     DK_TRY(check_fits(cfg, &mc, scratch, max_tokens));
-    DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, 0, scratch));
-    r->ctx_ready = 1;
+    DK_TRY(run_setup_device(r, cfg, scratch));
     /* The config's values are the model's modes, in the same order. */
     _Static_assert((int)DK_RECOMPUTE_NONE == (int)MODEL_RECOMPUTE_NONE &&
                        (int)DK_RECOMPUTE_LAYER == (int)MODEL_RECOMPUTE_LAYER &&
@@ -60,6 +59,23 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     return DK_OK;
 }
 
+dk_status run_setup_device(run_setup *r, const dk_config *cfg, size_t scratch) {
+    comm_launch(NULL, NULL); /* a no-op after main's launch */
+    const comm_place at = comm_where();
+    _Static_assert((int)DK_COMM_AUTO == (int)COMM_AUTO && (int)DK_COMM_NCCL == (int)COMM_NCCL &&
+                       (int)DK_COMM_MPI == (int)COMM_MPI,
+                   "dist.backend values are the comm backends, in the same order");
+    comm_backend be;
+    int gpu = 0;
+    const int cuda = cfg->run.device == DK_DEVICE_CUDA;
+    DK_TRY(comm_pick((comm_backend)cfg->dist.backend, cuda, cuda ? device_count() : 0, &at, &be, &gpu));
+    DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, gpu, scratch));
+    r->ctx_ready = 1;
+    DK_TRY(comm_open(&r->comm, &r->ctx, be, cfg->dist.timeout_s));
+    r->comm_ready = 1;
+    return DK_OK;
+}
+
 dk_status run_setup_initial_weights(model *m, const dk_config *cfg) {
     if (!cfg->model.path[0]) {
         model_init_random(m, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
@@ -71,6 +87,7 @@ dk_status run_setup_initial_weights(model *m, const dk_config *cfg) {
 
 void run_setup_free(run_setup *r) {
     if (r->model_ready) model_free(&r->model);
+    if (r->comm_ready) comm_close(&r->comm);
     if (r->ctx_ready) ops_ctx_free(&r->ctx);
     if (r->tok) tokenizer_free(r->tok);
     memset(r, 0, sizeof *r);

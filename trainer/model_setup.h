@@ -5,17 +5,23 @@
 #define DK_MODEL_SETUP_H
 
 #include "data/tokenizer.h"
+#include "dist/comm.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "trainer/config.h"
 
 typedef struct {
     ops_ctx ctx;
+    comm comm;        /* every rank of the job ([dist] backend), on ctx */
     tokenizer *tok;
     model model;
-    int ctx_ready, model_ready;
+    int ctx_ready, model_ready, comm_ready;
 } run_setup;
 
+/* The rank's context on its device: run.device, and on cuda the GPU its
+ * node-local rank picks ([dist] backend decides how ranks talk). Opens
+ * r->comm over it. Collective: every rank calls it. */
+dk_status run_setup_device(run_setup *r, const dk_config *cfg, size_t scratch);
 /* max_tokens: the largest packed batch a forward will see; extra_scratch:
  * ops scratch some other user of the ctx needs (the generation engine). */
 dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, size_t extra_scratch);
