@@ -3,19 +3,23 @@
 #include "trainer/model_setup.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "kernels/device.h"
+#include "model/param_buffers.h"
+#include "model/weights.h"
 
 /* Refuses a model whose weights, gradients and AdamW state cannot fit the
  * device, before anything is allocated: a clear message instead of an
  * out-of-memory abort halfway through planning. */
-static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t scratch, int max_tokens) {
+static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t scratch, int max_tokens, int shards) {
     const double n = (double)model_config_n_params(mc);
     const double act = cfg->run.device == DK_DEVICE_CPU ? 4.0 : 2.0;
-    /* weights + fp32 gradients + fp32 m and v (+ fp32 masters when weights are bf16) + op scratch */
-    const double need = n * (act + 4 + 8 + (act < 4 ? 4 : 0)) + (double)scratch;
+    /* weights + fp32 gradients + fp32 m and v (+ fp32 masters when weights are
+     * bf16), split over the ranks when sharded, + op scratch */
+    const double need = n * (act + 4 + 8 + (act < 4 ? 4 : 0)) / shards + (double)scratch;
     double have;
     if (cfg->run.device == DK_DEVICE_CPU) have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     else have = (double)device_free_bytes(0);
@@ -28,6 +32,8 @@ static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t
     return DK_OK;
 }
 
+static dk_status sharded_weights(run_setup *r, const dk_config *cfg);
+
 dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, size_t extra_scratch) {
     memset(r, 0, sizeof *r);
     model_config mc;
@@ -37,17 +43,25 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     if (st != DK_OK) return dk_wrap(DK_ERR_USAGE, "[tokenizer] path: ");
     size_t scratch = model_scratch_bytes(&mc, max_tokens);
     if (extra_scratch > scratch) scratch = extra_scratch;
-    DK_TRY(check_fits(cfg, &mc, scratch, max_tokens));
     DK_TRY(run_setup_device(r, cfg, scratch));
+    const char *force = getenv("DK_ZERO");
+    r->sharded = cfg->run.mode == DK_MODE_SFT && (r->comm.world > 1 || (force && !strcmp(force, "1")));
+    DK_TRY(check_fits(cfg, &mc, scratch, max_tokens, r->sharded ? r->comm.world : 1));
     /* The config's values are the model's modes, in the same order. */
     _Static_assert((int)DK_RECOMPUTE_NONE == (int)MODEL_RECOMPUTE_NONE &&
                        (int)DK_RECOMPUTE_LAYER == (int)MODEL_RECOMPUTE_LAYER &&
                        (int)DK_RECOMPUTE_LAYER_KEEP_ATTENTION == (int)MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION,
                    "train.recompute values are the model's recompute modes");
     const model_recompute rc = (model_recompute)cfg->train.recompute;
-    DK_TRY(model_create(&r->model, &mc, &r->ctx, max_tokens, rc));
+    DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, max_tokens, rc, !r->sharded));
     r->model_ready = 1;
-    DK_TRY(run_setup_initial_weights(&r->model, cfg));
+    if (r->sharded) {
+        optim_config oc = run_setup_optim_config(cfg);
+        DK_TRY(zero_init(&r->zero, &r->model, &r->comm, &oc));
+        DK_TRY(sharded_weights(r, cfg));
+    } else {
+        DK_TRY(run_setup_initial_weights(&r->model, cfg));
+    }
     /* Checked after loading so a bad checkpoint is reported as what it is. */
     int tv = tokenizer_vocab_size(r->tok);
     if (tv > mc.vocab_size)
@@ -56,7 +70,29 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     printf("model: %s, %d layers, hidden %d, %d heads (%d kv), vocab %d, %.2fM parameters, %.1f MB on %s\n",
            model_arch_name(mc.arch), mc.n_layers, mc.hidden_size, mc.n_heads, mc.n_kv_heads, mc.vocab_size,
            model_config_n_params(&mc) / 1e6, model_device_bytes(&r->model) / 1e6, ops_device_name(cfg->run.device));
+    if (r->sharded)
+        printf("dist: %d ranks (%s), ZeRO-3: %.1f MB of shards and working set per rank\n", r->comm.world,
+               r->comm.backend == COMM_NCCL ? "nccl" : "mpi", r->zero.device_bytes / 1e6);
     return DK_OK;
+}
+
+/* The initial weights on the host, each rank keeping its shards. */
+static dk_status sharded_weights(run_setup *r, const dk_config *cfg) {
+    model *m = &r->model;
+    param_buffers host;
+    param_buffers_alloc_host(&host, &m->layout, m->cfg.n_layers, m->cfg.tie_embeddings, sizeof(float));
+    dk_status st = DK_OK;
+    if (!cfg->model.path[0]) param_init_random(&host, &m->layout, &m->cfg, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
+    else st = weights_load_hf(cfg->model.path, &m->cfg, &m->layout, &host);
+    if (st == DK_OK) zero_load_host(&r->zero, &host);
+    param_buffers_free_host(&host);
+    return st == DK_OK ? DK_OK : dk_wrap(st, "[model] path = %s: ", cfg->model.path);
+}
+
+optim_config run_setup_optim_config(const dk_config *cfg) {
+    optim_config oc = {(float)cfg->train.beta1, (float)cfg->train.beta2, (float)cfg->train.eps,
+                       (float)cfg->train.weight_decay, (float)cfg->train.grad_clip};
+    return oc;
 }
 
 dk_status run_setup_device(run_setup *r, const dk_config *cfg, size_t scratch) {
@@ -86,6 +122,7 @@ dk_status run_setup_initial_weights(model *m, const dk_config *cfg) {
 }
 
 void run_setup_free(run_setup *r) {
+    if (r->sharded && r->model_ready) zero_free(&r->zero);
     if (r->model_ready) model_free(&r->model);
     if (r->comm_ready) comm_close(&r->comm);
     if (r->ctx_ready) ops_ctx_free(&r->ctx);
