@@ -3,6 +3,7 @@
  * announcements: before issuing collective #k a rank tells every other rank
  * "I reached k" on a separate communicator, so a rank that times out can say
  * which ranks never reached the collective it is stuck in. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "dist/comm_internal.h"
 
 #include <stdio.h>

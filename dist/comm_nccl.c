@@ -7,6 +7,7 @@
  * the collectives in flight: one that has not finished after timeout_s, or
  * an asynchronous NCCL error (ncclCommGetAsyncError), ends the job. Without
  * NCCL in the build the backend only says so. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "dist/comm_internal.h"
 
 #ifdef DK_HAVE_NCCL

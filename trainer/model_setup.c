@@ -43,10 +43,12 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     if (st != DK_OK) return dk_wrap(DK_ERR_USAGE, "[tokenizer] path: ");
     size_t scratch = model_scratch_bytes(&mc, max_tokens);
     if (extra_scratch > scratch) scratch = extra_scratch;
-    DK_TRY(run_setup_device(r, cfg, scratch));
+    comm_launch(NULL, NULL); /* a no-op after main's launch */
+    const int world = comm_where().world;
     const char *force = getenv("DK_ZERO");
-    r->sharded = cfg->run.mode == DK_MODE_SFT && (r->comm.world > 1 || (force && !strcmp(force, "1")));
-    DK_TRY(check_fits(cfg, &mc, scratch, max_tokens, r->sharded ? r->comm.world : 1));
+    r->sharded = cfg->run.mode == DK_MODE_SFT && (world > 1 || (force && !strcmp(force, "1")));
+    DK_TRY(check_fits(cfg, &mc, scratch, max_tokens, r->sharded ? world : 1));
+    DK_TRY(run_setup_device(r, cfg, scratch));
     /* The config's values are the model's modes, in the same order. */
     _Static_assert((int)DK_RECOMPUTE_NONE == (int)MODEL_RECOMPUTE_NONE &&
                        (int)DK_RECOMPUTE_LAYER == (int)MODEL_RECOMPUTE_LAYER &&

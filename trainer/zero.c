@@ -42,8 +42,6 @@ static void *dev(zero *z, size_t bytes) {
     return ops_alloc(z->ctx, bytes);
 }
 
-static void hook(void *user, model *m, model_hook_event ev, int layer);
-
 dk_status zero_init(zero *z, model *m, comm *c, const optim_config *oc) {
     memset(z, 0, sizeof *z);
     if (m->own_params) DK_ABORT("zero_init: the model must be created with own_params = 0");
@@ -87,7 +85,7 @@ dk_status zero_init(zero *z, model *m, comm *c, const optim_config *oc) {
     m->grads.embed = z->full_grad[0];
     m->grads.final_norm = z->full_grad[1];
     m->grads.lm_head = z->full_grad[2];
-    m->hooks.fn = hook;
+    m->hooks.fn = zero_hook;
     m->hooks.user = z;
     return DK_OK;
 }
@@ -156,7 +154,7 @@ static void grads_open(zero *z, int unit, float *full) {
     dist_copy(z->ctx, full + u->len * (size_t)z->c->rank, u->grad, u->len * sizeof(float));
 }
 
-static void hook(void *user, model *m, model_hook_event ev, int l) {
+void zero_hook(void *user, model *m, model_hook_event ev, int l) {
     zero *z = user;
     switch (ev) {
     case MODEL_HOOK_FORWARD_BEGIN:

@@ -68,6 +68,10 @@ typedef struct zero {
 dk_status zero_init(zero *z, model *m, comm *c, const optim_config *oc);
 void zero_free(zero *z);
 
+/* The model hook zero_init installs (user = z); a caller that wraps it (a
+ * benchmark timing each layer) calls it from its own. */
+void zero_hook(void *user, model *m, model_hook_event ev, int layer);
+
 /* Every rank passes the full fp32 weights (param_buffers.h); each keeps its
  * slices, and the masters are the act values read back (as optim_init). */
 void zero_load_host(zero *z, const param_buffers *host);
