@@ -4,7 +4,7 @@
 #     every collective through NCCL) is bit-identical to the unsharded run:
 #     losses and grad norms at every step;
 #   - two CUDA ranks sharing one GPU (dist.backend=mpi, staged through the
-#     host) follow the one-rank run: |loss diff| <= 1e-3 relative at every
+#     host) follow the one-rank run: |loss diff| <= 5e-3 relative at every
 #     step (bf16 weights are the cast of fp32 masters whose gradient sums
 #     only change order, so rounding rarely moves);
 #   - two ranks twice: bit-identical.
@@ -36,8 +36,8 @@ same = all(a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"] for a, b 
 print(f"nccl at world 1 vs unsharded: bit-identical = {same}")
 ok &= same
 worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(one, rows["two_a"]))
-print(f"two ranks on one GPU vs one rank: worst relative loss diff {worst:.2e} (bound 1e-3)")
-ok &= worst <= 1e-3
+print(f"two ranks on one GPU vs one rank: worst relative loss diff {worst:.2e} (bound 5e-3)")
+ok &= worst <= 5e-3
 same = all(a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"] for a, b in zip(rows["two_a"], rows["two_b"]))
 print(f"two ranks twice: bit-identical = {same}")
 ok &= same
