@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "dist/comm_internal.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,4 +288,34 @@ void comm_all_reduce_host(comm *c, double *x, size_t n) {
     MPI_Request req;
     MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, c->impl->data, &req);
     comm_mpi_poll(c, &req, seq, OP_ALL_REDUCE, dk_now());
+}
+
+void comm_all_gather_host(comm *c, const void *send, size_t bytes, void **recv, size_t *sizes) {
+    /* The lengths first (one all-gather), then the bytes (MPI counts are int:
+     * more than 2 GB from one rank is a bug of the caller, not a message). */
+    const int w = c->world;
+    long long mine = (long long)bytes, *len = dk_malloc((size_t)w * sizeof *len);
+    long seq = announce(c);
+    MPI_Request req;
+    MPI_Iallgather(&mine, 1, MPI_LONG_LONG, len, 1, MPI_LONG_LONG, c->impl->data, &req);
+    comm_mpi_poll(c, &req, seq, OP_ALL_GATHER, dk_now());
+    int *count = dk_malloc((size_t)w * sizeof *count), *displ = dk_malloc((size_t)w * sizeof *displ);
+    long long total = 0;
+    for (int r = 0; r < w; r++) {
+        if (len[r] > INT_MAX || total + len[r] > INT_MAX)
+            DK_ABORT("comm_all_gather_host: %lld bytes from rank %d (%lld in all): more than 2 GB", len[r], r,
+                     total + len[r]);
+        count[r] = (int)len[r];
+        displ[r] = (int)total;
+        total += len[r];
+        if (sizes) sizes[r] = (size_t)len[r];
+    }
+    char *out = dk_malloc(total > 0 ? (size_t)total : 1);
+    seq = announce(c);
+    MPI_Iallgatherv(send, (int)bytes, MPI_BYTE, out, count, displ, MPI_BYTE, c->impl->data, &req);
+    comm_mpi_poll(c, &req, seq, OP_ALL_GATHER, dk_now());
+    *recv = out;
+    free(len);
+    free(count);
+    free(displ);
 }

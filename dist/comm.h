@@ -81,6 +81,12 @@ void comm_all_reduce(comm *c, void *buf, size_t n, comm_dtype type);
 /* In-place sum over ranks of a host array of doubles (losses, norms, counts),
  * whatever the backend. */
 void comm_all_reduce_host(comm *c, double *x, size_t n);
+/* Host bytes of any length per rank, over MPI whatever the backend: every
+ * rank gets the ranks' send buffers back to back in rank order in *recv
+ * (malloc'ed; the caller frees it) and each rank's length in sizes[world]
+ * (may be NULL). A rank may send 0 bytes, so rank root alone sending makes a
+ * broadcast. Rollouts, rewards and URLs travel this way. */
+void comm_all_gather_host(comm *c, const void *send, size_t bytes, void **recv, size_t *sizes);
 /* buf[bytes] of rank root to every rank (device buffer). */
 void comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 void comm_barrier(comm *c);

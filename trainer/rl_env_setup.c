@@ -17,7 +17,55 @@ static const char *kg_device(const dk_config *cfg) {
     }
 }
 
-static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
+/* Starts this node's workers (and, on rank 0, Redis) against `redis`
+ * ("auto" or a URL). */
+static dk_status start_workers(rl_env_setup *s, const dk_config *cfg, const char *device, const char *redis) {
+    kg_fleet_config fc;
+    kg_fleet_config_default(&fc);
+    snprintf(fc.redis, sizeof fc.redis, "%s", redis);
+    snprintf(fc.device, sizeof fc.device, "%s", device);
+    if (!strcmp(device, "cuda")) {
+        fc.n_gpus = cfg->kernelgym.workers;
+        for (int i = 0; i < fc.n_gpus && i < KG_FLEET_MAX; i++) fc.gpus[i] = i;
+    } else {
+        fc.n_cpu_workers = cfg->kernelgym.workers;
+    }
+    dk_status st = kg_fleet_start(&s->fleet, &fc);
+    if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis = auto: ");
+    s->have_fleet = 1;
+    return DK_OK;
+}
+
+/* redis = auto: rank 0 starts Redis and its node's workers, the URL goes to
+ * every rank, and the local rank 0 of every other node starts that node's
+ * workers against it. A rank that failed sends an empty URL, so every rank
+ * leaves with an error instead of waiting on a fleet that never came. */
+static dk_status start_fleet(rl_env_setup *s, const dk_config *cfg, comm *c, const char *device, char *url,
+                             size_t url_cap) {
+    dk_status st = DK_OK;
+    if (c->rank == 0) st = start_workers(s, cfg, device, "auto");
+    const char *mine = c->rank == 0 && st == DK_OK ? s->fleet.url : "";
+    void *all = NULL;
+    size_t *sizes = dk_calloc((size_t)c->world, sizeof *sizes);
+    comm_all_gather_host(c, mine, c->rank == 0 ? strlen(mine) : 0, &all, sizes);
+    if (sizes[0] == 0 || sizes[0] >= url_cap) {
+        free(all);
+        free(sizes);
+        if (st != DK_OK) return st;
+        return dk_fail(DK_ERR_RUNTIME, "[kernelgym] redis = auto: rank 0 could not start the private fleet");
+    }
+    memcpy(url, all, sizes[0]);
+    url[sizes[0]] = 0;
+    free(all);
+    free(sizes);
+    if (c->rank != 0 && c->at.local_rank == 0) DK_TRY(start_workers(s, cfg, device, url));
+    if (s->have_fleet)
+        printf("kernelgym: private fleet, %d %s worker(s) on this node, %d rank(s) submitting\n", s->fleet.n, device,
+               c->world);
+    return DK_OK;
+}
+
+static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg, comm *c) {
     if (!cfg->data.tasks[0]) return dk_fail(DK_ERR_USAGE, "[data] tasks is empty: rl.env = kernelgym needs a task set");
     dk_status st = task_set_load(cfg->data.tasks, 0, &s->tasks);
     if (st != DK_OK) return dk_wrap(st, "[data] tasks: ");
@@ -32,21 +80,8 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
     char url[2048];
     snprintf(url, sizeof url, "%s", cfg->kernelgym.redis);
     if (!strcmp(cfg->kernelgym.redis, "auto")) {
-        kg_fleet_config fc;
-        kg_fleet_config_default(&fc);
-        snprintf(fc.redis, sizeof fc.redis, "auto");
-        snprintf(fc.device, sizeof fc.device, "%s", device);
-        if (!strcmp(device, "cuda")) {
-            fc.n_gpus = cfg->kernelgym.workers;
-            for (int i = 0; i < fc.n_gpus && i < KG_FLEET_MAX; i++) fc.gpus[i] = i;
-        } else {
-            fc.n_cpu_workers = cfg->kernelgym.workers;
-        }
-        st = kg_fleet_start(&s->fleet, &fc);
-        if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis = auto: ");
-        s->have_fleet = 1;
-        snprintf(url, sizeof url, "%s", s->fleet.url);
-        printf("kernelgym: private fleet, %d %s worker(s)\n", s->fleet.n, device);
+        st = start_fleet(s, cfg, c, device, url, sizeof url);
+        if (st != DK_OK) return st;
     }
     rl_kg_config kc;
     kc.timeout_s = cfg->kernelgym.timeout_s;
@@ -61,7 +96,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
     return DK_OK;
 }
 
-dk_status rl_env_setup_init(rl_env_setup *s, const dk_config *cfg) {
+dk_status rl_env_setup_init(rl_env_setup *s, const dk_config *cfg, comm *c) {
     memset(s, 0, sizeof *s);
     if (cfg->rl.env == DK_ENV_TOY) {
         const rl_task *t = rl_env_toy_tasks(&s->n_tasks);
@@ -70,7 +105,7 @@ dk_status rl_env_setup_init(rl_env_setup *s, const dk_config *cfg) {
         s->env = rl_env_toy_new(cfg->rl.max_new_tokens);
         return DK_OK;
     }
-    return setup_kernelgym(s, cfg);
+    return setup_kernelgym(s, cfg, c);
 }
 
 void rl_env_setup_free(rl_env_setup *s) {

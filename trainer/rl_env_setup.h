@@ -1,11 +1,18 @@
 /* rl_env_setup.h: the environment a run scores turns with, from the config:
  * the toy environment, or KernelGym through a Redis URL or a private fleet
  * (redis = auto: a private redis-server plus workers started here and
- * stopped at the end of the run). Also the task set of the run. */
+ * stopped at the end of the run). Also the task set of the run.
+ *
+ * In a job of several ranks one fleet serves them all: with redis = auto,
+ * rank 0 starts Redis and sends its URL to every rank; each node's local
+ * rank 0 starts that node's workers (kernelgym.workers of them: one per GPU
+ * on cuda); every rank's client submits to the one queue. With redis = URL
+ * the ranks share that external fleet and start nothing. */
 #ifndef DK_RL_ENV_SETUP_H
 #define DK_RL_ENV_SETUP_H
 
 #include "data/tasks.h"
+#include "dist/comm.h"
 #include "env/fleet.h"
 #include "rl/env.h"
 #include "trainer/config.h"
@@ -19,7 +26,8 @@ typedef struct {
     int n_tasks;
 } rl_env_setup;
 
-dk_status rl_env_setup_init(rl_env_setup *s, const dk_config *cfg);
+/* Collective when kernelgym.redis = auto (the URL goes from rank 0 to all). */
+dk_status rl_env_setup_init(rl_env_setup *s, const dk_config *cfg, comm *c);
 void rl_env_setup_free(rl_env_setup *s);
 
 #endif

@@ -64,11 +64,11 @@ int main(int argc, char **argv) {
     static dk_config cfg;
     dk_status st = config_load(&cfg, argv[1], argc - 2, argv + 2);
     if (st != DK_OK) return config_error(st, at);
-    if (at.world > 1 && cfg.run.mode != DK_MODE_SFT)
+    if (at.world > 1 && cfg.run.mode == DK_MODE_EVAL)
         return config_error(dk_fail(DK_ERR_USAGE,
-                                    "[run] mode = %s runs on one rank only (it is not data-parallel yet), but this "
+                                    "[run] mode = eval runs on one rank only (it is not data-parallel yet), but this "
                                     "job has %d ranks: start it without mpirun",
-                                    cfg.run.mode == DK_MODE_RL ? "rl" : "eval", at.world),
+                                    at.world),
                             at);
     if (at.rank == 0) {
         config_print(&cfg, stdout);

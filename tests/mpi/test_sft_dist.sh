@@ -10,7 +10,7 @@
 #     2e-5 absolute (the order of float sums differs, nothing else);
 #   - world 2 twice: bit-identical metrics and weight files;
 #   - one metrics.jsonl with one line per step, written by rank 0 alone;
-#   - an RL config at world 2 refuses to start (exit 2, naming [run] mode).
+#   - an eval config at world 2 refuses to start (exit 2, naming [run] mode).
 set -eu
 . "$(dirname "$0")/mpirun.sh"
 train="${DK_BUILD:-build}/train"
@@ -30,14 +30,14 @@ run w2b 2
 run w3 3
 run w2rc 2 train.recompute=layer
 run w3mb 3 train.grad_accum=8
-if dk_mpirun 2 "$train" configs/toy.ini run.dir="$dir/toy" > "$dir/toy.log" 2>&1; then
-    echo "FAIL: mode = rl ran at world 2"
+if dk_mpirun 2 "$train" configs/toy.ini run.mode=eval run.dir="$dir/toy" > "$dir/toy.log" 2>&1; then
+    echo "FAIL: mode = eval ran at world 2"
     exit 1
 else
     rc=$?
     cat "$dir/toy.log"
-    [ "$rc" = 2 ] || { echo "FAIL: mode = rl at world 2 exited $rc, not 2"; exit 1; }
-    grep -q "\[run\] mode = rl" "$dir/toy.log" || { echo "FAIL: the refusal does not name [run] mode"; exit 1; }
+    [ "$rc" = 2 ] || { echo "FAIL: mode = eval at world 2 exited $rc, not 2"; exit 1; }
+    grep -q "\[run\] mode = eval" "$dir/toy.log" || { echo "FAIL: the refusal does not name [run] mode"; exit 1; }
 fi
 cmp "$dir/w2/weights/step_00000004/model.safetensors" "$dir/w2b/weights/step_00000004/model.safetensors"
 "$py" - "$dir" <<'PY'
