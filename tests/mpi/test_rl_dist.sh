@@ -3,9 +3,9 @@
 # PPO, the toy reward) for 6 steps on the CPU backend:
 #   - worlds 2 and 3 against world 1: the same rollouts (rollouts.jsonl
 #     byte-identical: every response, outcome and reward), the same per-step
-#     rewards and response lengths exactly; loss within 1e-12 absolute (it is
-#     ~1e-10: TRLOO advantages sum to zero), grad norm and entropy within 1e-5
-#     relative; the fp32 masters and AdamW moments of the final checkpoint
+#     rewards and response lengths exactly; loss within 1e-5 relative + 1e-12
+#     absolute (with one mini-batch it is ~1e-10: TRLOO advantages sum to
+#     zero), grad norm and entropy within 1e-5 relative; the fp32 masters and AdamW moments of the final checkpoint
 #     within 1e-4 absolute (1% of one AdamW step at lr 1e-2; only the order of
 #     float sums differs, which AdamW magnifies where a gradient is ~0);
 #   - world 3 with two mini-batches and two micro-batches each, so ranks
@@ -60,22 +60,23 @@ def compare(base, n):
         for k in exact:
             assert x[k] == y[k], f"{n} step {x['step']}: {k} {y[k]} != {x[k]} at world 1"
     dl = max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b))
-    dn = max(abs(x["grad_norm"] - y["grad_norm"]) / abs(x["grad_norm"]) for x, y in zip(a, b))
-    de = max(abs(x["entropy"] - y["entropy"]) / abs(x["entropy"]) for x, y in zip(a, b))
+    loss_ok = all(abs(x["loss"] - y["loss"]) <= 1e-5 * abs(x["loss"]) + 1e-12 for x, y in zip(a, b))
+    dn = max(abs(x["grad_norm"] - y["grad_norm"]) / (abs(x["grad_norm"]) + 1e-12) for x, y in zip(a, b))
+    de = max(abs(x["entropy"] - y["entropy"]) / (abs(x["entropy"]) + 1e-12) for x, y in zip(a, b))
     ha, sa = state(base)
     hb, sb = state(n)
     assert (ha == hb).all(), f"{n}: the optimizer file's header differs"
     dw = np.abs(sa - sb).max()
     print(f"{n} vs {base}: rewards equal; max loss diff {dl:.1e}, relative grad norm {dn:.1e}, "
           f"entropy {de:.1e}; max master/moment diff {dw:.1e}")
-    assert dl < 1e-12 and dn < 1e-5 and de < 1e-5 and dw < 1e-4, n
-    assert open(f"{d}/{base}/rollouts.jsonl").read() == open(f"{d}/{n}/rollouts.jsonl").read(), \
+    assert loss_ok and dn < 1e-5 and de < 1e-5 and dw < 1e-4, n
+    assert open(f"{d}/{base}/rollouts.jsonl", "rb").read() == open(f"{d}/{n}/rollouts.jsonl", "rb").read(), \
         f"{n}: rollouts.jsonl differs from {base}'s"
     files = sorted(os.listdir(f"{d}/{n}"))
     assert files == ["ckpt", "config.ini", "metrics.jsonl", "rollouts.jsonl", "tb"], f"{n}: run dir holds {files}"
 for base, n in (("w1", "w2"), ("w1", "w3"), ("w1mb", "w3mb"), ("w1few", "w3few")):
     compare(base, n)
-assert len(open(f"{d}/w2/rollouts.jsonl").readlines()) == 6 * 32
+assert len(open(f"{d}/w2/rollouts.jsonl", "rb").readlines()) == 6 * 32
 for x, y in zip(rows("w2"), rows("w2b")):
     for k in x:
         assert k in timing or x[k] == y[k], f"world 2 twice: step {x['step']} {k}: {x[k]} != {y[k]}"
