@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The collectives of dist/comm.h at 2 and 3 ranks (tests/mpi/test_comm_ops.c
-# checks each against hand-computed values), then the timeout: the last rank
+# checks each against hand-computed values), also with counts past the
+# plain-count limit, then the timeout: the last rank
 # sleeps 30 s with [dist] timeout_s at 2 s, so the job must end non-zero
 # within 20 s with a message that names the late rank; and a fatal error on
 # the last rank ends the others within 20 s although their timeout is 60 s.
@@ -10,6 +11,9 @@ bin="${DK_BUILD:-build}/tests/mpi_test_comm_ops"
 for np in 2 3; do
     dk_mpirun "$np" "$bin"
 done
+# Byte counts past MPI's int, scaled down: above 1000 bytes a transfer goes
+# as one element of a type made of 1000-byte blocks and the rest.
+dk_mpirun 3 -x DK_COMM_MAX_COUNT=1000 "$bin"
 for np in 2 3; do
     log=$(mktemp)
     t0=$(date +%s)
