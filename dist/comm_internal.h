@@ -21,6 +21,8 @@ struct comm_req {
     double t0;                /* when it was issued (dk_now) */
     /* mpi */
     MPI_Request mreq;
+    MPI_Datatype type;        /* a type made for more than INT_MAX bytes (made_type) */
+    int made_type;
     void *dev_recv;           /* device destination to fill from host_recv on completion (NULL: none) */
     void *host_send, *host_recv; /* staging (page-locked), or the user's host buffers */
     size_t send_cap, recv_cap;   /* bytes of staging owned by this slot */

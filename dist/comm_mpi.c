@@ -5,6 +5,7 @@
  * memory: the compute stream is drained, the input copied down, MPI runs on
  * the host copy, and the result goes back up on the stream at comm_wait. */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
@@ -30,6 +31,38 @@ static void *grow(ops_ctx *ctx, void **buf, size_t *cap, size_t bytes) {
     return *buf;
 }
 
+/* The most bytes one collective passes as a plain count: INT_MAX, or less
+ * where DK_COMM_MAX_COUNT says so (the tests take the blocked path below
+ * without moving gigabytes). */
+static size_t max_count(void) {
+    const char *e = getenv("DK_COMM_MAX_COUNT");
+    long v = e ? atol(e) : 0;
+    return v > 0 && v < INT_MAX ? (size_t)v : (size_t)INT_MAX;
+}
+
+/* A count of bytes as MPI takes it: plain bytes up to max_count(), beyond
+ * that one element of a type of exactly `bytes` bytes (blocks of up to
+ * 1 GiB and the rest), which *made is set to free after the collective. */
+static int bytes_type(size_t bytes, MPI_Datatype *t, int *made) {
+    *made = 0;
+    const size_t most = max_count();
+    if (bytes <= most) {
+        *t = MPI_BYTE;
+        return (int)bytes;
+    }
+    const size_t block = most < ((size_t)1 << 30) ? most : (size_t)1 << 30, q = bytes / block, rem = bytes % block;
+    MPI_Datatype gib;
+    MPI_Type_contiguous((int)block, MPI_BYTE, &gib);
+    int lens[2] = {(int)q, (int)rem};
+    MPI_Aint offs[2] = {0, (MPI_Aint)(q * block)};
+    MPI_Datatype types[2] = {gib, MPI_BYTE};
+    MPI_Type_create_struct(rem ? 2 : 1, lens, offs, types, t);
+    MPI_Type_commit(t);
+    MPI_Type_free(&gib);
+    *made = 1;
+    return 1;
+}
+
 static int count_int(size_t n, comm_op op) {
     if (n > (size_t)INT_MAX) DK_ABORT("comm (mpi): %s of %zu elements exceeds MPI's int count", comm_op_name(op), n);
     return (int)n;
@@ -43,21 +76,24 @@ static void mpi_start(comm *c, comm_req *r, void *recv, const void *send, size_t
     MPI_Datatype mt = comm_mpi_type(type);
     r->dev_recv = NULL;
     r->recv_bytes = 0;
+    r->made_type = 0;
     if (!host) ops_sync(ctx); /* the inputs are complete on the device */
     int rc = MPI_SUCCESS;
     switch (r->op) {
     case OP_ALL_GATHER: {
-        const int n = count_int(count, r->op);
+        MPI_Datatype bt;
+        const int n = bytes_type(count, &bt, &r->made_type);
+        r->type = bt;
         const int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count;
         if (host) {
-            rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, MPI_BYTE, recv, n, MPI_BYTE, dc, &r->mreq);
+            rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, bt, recv, n, bt, dc, &r->mreq);
         } else {
             char *h = grow(ctx, &r->host_recv, &r->recv_cap, count * W);
             ops_download(ctx, h + (size_t)c->rank * count, send, count);
             ops_sync(ctx);
             r->dev_recv = recv;
             r->recv_bytes = count * W;
-            rc = MPI_Iallgather(MPI_IN_PLACE, n, MPI_BYTE, h, n, MPI_BYTE, dc, &r->mreq);
+            rc = MPI_Iallgather(MPI_IN_PLACE, n, bt, h, n, bt, dc, &r->mreq);
         }
         break;
     }
@@ -80,7 +116,9 @@ static void mpi_start(comm *c, comm_req *r, void *recv, const void *send, size_t
     case OP_BROADCAST: {
         const int bcast = r->op == OP_BROADCAST;
         const size_t bytes = bcast ? count : count * es;
-        const int n = count_int(bcast ? count : count, r->op);
+        MPI_Datatype bt = MPI_BYTE;
+        const int n = bcast ? bytes_type(count, &bt, &r->made_type) : count_int(count, r->op);
+        r->type = bt;
         void *buf = recv;
         if (!host) {
             buf = grow(ctx, &r->host_recv, &r->recv_cap, bytes);
@@ -89,7 +127,7 @@ static void mpi_start(comm *c, comm_req *r, void *recv, const void *send, size_t
             r->dev_recv = recv;
             r->recv_bytes = bytes;
         }
-        if (bcast) rc = MPI_Ibcast(buf, n, MPI_BYTE, root, dc, &r->mreq);
+        if (bcast) rc = MPI_Ibcast(buf, n, bt, root, dc, &r->mreq);
         else rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, mt, MPI_SUM, dc, &r->mreq);
         break;
     }
@@ -105,6 +143,8 @@ static void mpi_start(comm *c, comm_req *r, void *recv, const void *send, size_t
 
 static void mpi_wait(comm *c, comm_req *r) {
     comm_mpi_poll(c, &r->mreq, r->seq, r->op, r->t0);
+    if (r->made_type) MPI_Type_free(&r->type);
+    r->made_type = 0;
     if (r->dev_recv) ops_upload(c->ctx, r->dev_recv, r->host_recv, r->recv_bytes);
     r->dev_recv = NULL;
 }

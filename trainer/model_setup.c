@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "kernels/device.h"
 #include "model/param_buffers.h"
 #include "model/weights.h"
@@ -78,17 +79,35 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     return DK_OK;
 }
 
-/* The initial weights on the host, each rank keeping its shards. */
+/* The initial weights on the host, each rank keeping its shards. The full
+ * fp32 copy is large (59 GB for 14B), so the ranks of a node take turns:
+ * one full copy per node at a time. */
 static dk_status sharded_weights(run_setup *r, const dk_config *cfg) {
     model *m = &r->model;
-    param_buffers host;
-    param_buffers_alloc_host(&host, &m->layout, m->cfg.n_layers, m->cfg.tie_embeddings, sizeof(float));
+    comm *c = &r->comm;
+    /* The most ranks any node has: every rank takes that many turns. */
+    double *local = dk_calloc((size_t)c->world, sizeof(double));
+    local[c->rank] = c->at.local_world;
+    comm_all_reduce_host(c, local, (size_t)c->world);
+    int turns = 1;
+    for (int i = 0; i < c->world; i++)
+        if ((int)local[i] > turns) turns = (int)local[i];
+    free(local);
     dk_status st = DK_OK;
-    if (!cfg->model.path[0]) param_init_random(&host, &m->layout, &m->cfg, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
-    else st = weights_load_hf(cfg->model.path, &m->cfg, &m->layout, &host);
-    if (st == DK_OK) zero_load_host(&r->zero, &host);
-    param_buffers_free_host(&host);
-    return st == DK_OK ? DK_OK : dk_wrap(st, "[model] path = %s: ", cfg->model.path);
+    for (int turn = 0; turn < turns; turn++) {
+        if (turn == c->at.local_rank) {
+            param_buffers host;
+            param_buffers_alloc_host(&host, &m->layout, m->cfg.n_layers, m->cfg.tie_embeddings, sizeof(float));
+            if (!cfg->model.path[0])
+                param_init_random(&host, &m->layout, &m->cfg, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
+            else st = weights_load_hf(cfg->model.path, &m->cfg, &m->layout, &host);
+            if (st == DK_OK) zero_load_host(&r->zero, &host);
+            param_buffers_free_host(&host);
+            if (st != DK_OK) return dk_wrap(st, "[model] path = %s: ", cfg->model.path);
+        }
+        comm_barrier(c);
+    }
+    return st;
 }
 
 optim_config run_setup_optim_config(const dk_config *cfg) {

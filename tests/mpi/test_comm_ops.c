@@ -3,7 +3,10 @@
  * sizes that do not divide by the world size. Run alone (world 1, MPI's
  * singleton) or under mpirun (tests/mpi/test_comm.sh runs 2 and 3 ranks).
  * `test_comm_ops timeout` instead makes the last rank sleep past [dist]
- * timeout_s before a barrier, so the job must end naming that rank. */
+ * timeout_s before a barrier, so the job must end naming that rank;
+ * `test_comm_ops fail`: the last rank meets a fatal error (comm_abort_job)
+ * while the others wait in a barrier with a long timeout, so the job must
+ * end at once. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +114,14 @@ int main(int argc, char **argv) {
     if (ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, 0) != DK_OK) DK_ABORT("%s", dk_error());
     comm c;
     const int timeout_case = argc > 1 && !strcmp(argv[1], "timeout");
+    const int fail_case = argc > 1 && !strcmp(argv[1], "fail");
     if (comm_open(&c, &ctx, COMM_MPI, timeout_case ? 2.0 : 60.0) != DK_OK) DK_ABORT("%s", dk_error());
+    if (fail_case) {
+        if (c.rank == c.world - 1) comm_abort_job(DK_ERR_RUNTIME, "test: a fatal error on the last rank");
+        comm_barrier(&c);
+        fprintf(stderr, "rank %d: the barrier completed although the last rank ended\n", c.rank);
+        return 3;
+    }
     if (timeout_case) {
         comm_barrier(&c); /* everyone arrives at #1 */
         if (c.rank == c.world - 1) sleep(30);
