@@ -82,8 +82,12 @@ dk_status rl_run(const dk_config *cfg) {
     const micro_plan plan = micro_plan_make(cfg, B, cfg->rl.mini_batches);
     /* The policy being trained is the tempered one the rollouts sampled from. */
     const float inv_temp = cfg->rl.temperature > 0 ? (float)(1.0 / cfg->rl.temperature) : 1.0f;
+    /* The engine decodes this rank's conversations only: size it (and, on
+     * the CPU, its KV cache) for the largest share of the batch. */
+    const int world = comm_where().world;
+    const int most_local = (n_tasks + world - 1) / world * S;
     rollout_session ss;
-    dk_status st = rollout_session_init(&ss, cfg, B, (int)plan.max_tokens);
+    dk_status st = rollout_session_init(&ss, cfg, most_local > 0 ? most_local : 1, (int)plan.max_tokens);
     if (st != DK_OK) {
         rollout_session_free(&ss);
         return st;

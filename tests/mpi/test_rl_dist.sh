@@ -16,16 +16,10 @@
 #     written by rank 0 alone.
 set -eu
 . "$(dirname "$0")/mpirun.sh"
-train="${DK_BUILD:-build}/train"
 py="${DK_PYTHON:-.venv/bin/python}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-run() { # NAME NP [key=value...]
-    local name=$1 np=$2
-    shift 2
-    dk_mpirun "$np" "$train" configs/toy.ini run.dir="$dir/$name" run.steps=6 "$@" \
-        > "$dir/$name.log" 2>&1 || { cat "$dir/$name.log"; echo "FAIL: run $name"; exit 1; }
-}
+run() { dk_train "$1" "$2" configs/toy.ini run.steps=6 "${@:3}"; } # NAME NP [key=value...]
 run w1 1
 run w2 2
 run w2b 2

@@ -16,12 +16,8 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$train" configs/tiny-sft.ini run.dir="$dir/sft" run.steps=120 > "$dir/sft.log"
 ck=$(ls -d "$dir"/sft/ckpt/step_* | tail -1)
-run() { # NAME NP
-    dk_mpirun "$2" "$train" configs/tiny.ini model.path="$ck" run.dir="$dir/$1" run.steps=1 \
-        > "$dir/$1.log" 2>&1 || { cat "$dir/$1.log"; echo "FAIL: run $1"; exit 1; }
-}
-run w1 1
-run w2 2
+dk_train w1 1 configs/tiny.ini model.path="$ck" run.steps=1
+dk_train w2 2 configs/tiny.ini model.path="$ck" run.steps=1
 grep "^step " "$dir/w2.log"
 "$py" - "$dir" <<'PY'
 import json, os, re, sys

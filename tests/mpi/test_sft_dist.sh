@@ -17,12 +17,7 @@ train="${DK_BUILD:-build}/train"
 py="${DK_PYTHON:-.venv/bin/python}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-run() { # NAME NP [key=value...]
-    local name=$1 np=$2
-    shift 2
-    dk_mpirun "$np" "$train" configs/tiny-sft.ini run.dir="$dir/$name" run.steps=4 ckpt.resume=none "$@" \
-        > "$dir/$name.log" 2>&1 || { cat "$dir/$name.log"; echo "FAIL: run $name"; exit 1; }
-}
+run() { dk_train "$1" "$2" configs/tiny-sft.ini run.steps=4 ckpt.resume=none "${@:3}"; } # NAME NP [key=value...]
 "$train" configs/tiny-sft.ini run.dir="$dir/plain" run.steps=4 ckpt.resume=none > "$dir/plain.log"
 DK_ZERO=1 "$train" configs/tiny-sft.ini run.dir="$dir/z1" run.steps=4 ckpt.resume=none > "$dir/z1.log"
 run w2 2
