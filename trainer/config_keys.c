@@ -151,12 +151,12 @@ const config_key config_keys[] = {
              "file with the follow-up prompt template ({feedback} is filled in); empty: the built-in one"),
 
     K_STRING(kernelgym, redis, "auto",
-             "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one (under mpirun: rank 0 starts it for every rank)"),
+             "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one (under mpirun: rank 0 starts it for every rank of a one-node job)"),
     K_FLOAT(kernelgym, timeout_s, "120", CR_POS, "wall-clock limit of one evaluation, in seconds"),
     K_ENUM(kernelgym, device, "auto", "auto|cpu|cuda",
            "where a private fleet (redis = auto) evaluates: cuda, or cpu through the Triton interpreter "
            "(correctness and hack checks only, no timing); auto: cuda when run.device is cuda"),
-    K_INT(kernelgym, workers, "1", CR_POS, "workers of a private fleet on each node, started by its local rank 0 (one per GPU on cuda)"),
+    K_INT(kernelgym, workers, "1", CR_POS, "workers of a private fleet (one per GPU on cuda)"),
 
     K_INT(ckpt, every, "50", CR_NONNEG, "write a checkpoint every this many steps (0: only at the end)"),
     K_INT(ckpt, keep, "3", CR_NONNEG, "keep the newest this many checkpoints (0: keep all)"),

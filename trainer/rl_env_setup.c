@@ -17,8 +17,7 @@ static const char *kg_device(const dk_config *cfg) {
     }
 }
 
-/* Starts this node's workers (and, on rank 0, Redis) against `redis`
- * ("auto" or a URL). */
+/* Starts Redis (redis = "auto") and kernelgym.workers workers. */
 static dk_status start_workers(rl_env_setup *s, const dk_config *cfg, const char *device, const char *redis) {
     kg_fleet_config fc;
     kg_fleet_config_default(&fc);
@@ -36,12 +35,19 @@ static dk_status start_workers(rl_env_setup *s, const dk_config *cfg, const char
     return DK_OK;
 }
 
-/* redis = auto: rank 0 starts Redis and its node's workers, the URL goes to
- * every rank, and the local rank 0 of every other node starts that node's
- * workers against it. A rank that failed sends an empty URL, so every rank
+/* redis = auto: rank 0 starts Redis and the workers, and the URL goes to
+ * every rank. The private Redis listens on a unix socket only
+ * (env/redis_auto.h), so the job must sit on one node (checked first, alike
+ * on every rank). When rank 0 fails it sends an empty URL, so every rank
  * leaves with an error instead of waiting on a fleet that never came. */
 static dk_status start_fleet(rl_env_setup *s, const dk_config *cfg, comm *c, const char *device, char *url,
                              size_t url_cap) {
+    if (c->at.local_world != c->world)
+        return dk_fail(DK_ERR_USAGE,
+                       "[kernelgym] redis = auto: the private Redis listens on a unix socket, which the ranks on "
+                       "other nodes cannot reach (this job spans %d ranks, %d on this node): give kernelgym.redis "
+                       "the URL of a fleet every node reaches",
+                       c->world, c->at.local_world);
     dk_status st = DK_OK;
     if (c->rank == 0) st = start_workers(s, cfg, device, "auto");
     const char *mine = c->rank == 0 && st == DK_OK ? s->fleet.url : "";
@@ -58,10 +64,8 @@ static dk_status start_fleet(rl_env_setup *s, const dk_config *cfg, comm *c, con
     url[sizes[0]] = 0;
     free(all);
     free(sizes);
-    if (c->rank != 0 && c->at.local_rank == 0) DK_TRY(start_workers(s, cfg, device, url));
     if (s->have_fleet)
-        printf("kernelgym: private fleet, %d %s worker(s) on this node, %d rank(s) submitting\n", s->fleet.n, device,
-               c->world);
+        printf("kernelgym: private fleet, %d %s worker(s), %d rank(s) submitting\n", s->fleet.n, device, c->world);
     return DK_OK;
 }
 

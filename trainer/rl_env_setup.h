@@ -4,10 +4,11 @@
  * stopped at the end of the run). Also the task set of the run.
  *
  * In a job of several ranks one fleet serves them all: with redis = auto,
- * rank 0 starts Redis and sends its URL to every rank; each node's local
- * rank 0 starts that node's workers (kernelgym.workers of them: one per GPU
- * on cuda); every rank's client submits to the one queue. With redis = URL
- * the ranks share that external fleet and start nothing. */
+ * rank 0 starts Redis and the workers (kernelgym.workers of them: one per
+ * GPU on cuda) and sends the URL to every rank, whose client submits to the
+ * one queue. The private Redis is a unix socket, so auto serves a job on one
+ * node; a job over several nodes names a fleet they all reach (redis = URL:
+ * `kernelgym serve` or workers started on each node), and starts nothing. */
 #ifndef DK_RL_ENV_SETUP_H
 #define DK_RL_ENV_SETUP_H
 
