@@ -107,6 +107,24 @@ const char *const model_recompute_names[MODEL_N_RECOMPUTE] = {
     [MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION] = "layer_keep_attention"};
 
 dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, model_recompute recompute) {
+    return model_create_ex(m, cfg, ctx, max_tokens, recompute, 1);
+}
+
+/* The hook of a sharded run, if any. */
+static inline void hook(model *m, model_hook_event ev, int layer) {
+    if (m->hooks.fn) m->hooks.fn(m->hooks.user, m, ev, layer);
+}
+
+/* Empty buffer sets whose pointers a provider fills. */
+static void buffers_empty(model *m, param_buffers *b, size_t elem_size) {
+    memset(b, 0, sizeof *b);
+    b->n_layers = m->cfg.n_layers;
+    b->elem_size = elem_size;
+    b->layers = dk_calloc((size_t)b->n_layers, sizeof(void *));
+}
+
+dk_status model_create_ex(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, model_recompute recompute,
+                          int own_params) {
     memset(m, 0, sizeof *m);
     DK_TRY(model_config_validate(cfg));
     if (max_tokens <= 0) return dk_fail(DK_ERR_USAGE, "model: max_tokens must be positive, got %d", max_tokens);
@@ -148,8 +166,14 @@ dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_
     const size_t C = (size_t)cfg->hidden_size, I = (size_t)cfg->intermediate_size;
     const size_t Q = (size_t)cfg->n_heads * cfg->head_dim, KV = (size_t)cfg->n_kv_heads * cfg->head_dim;
 
-    buffers_alloc(m, &m->params, A);
-    buffers_alloc(m, &m->grads, sizeof(float));
+    m->own_params = own_params;
+    if (own_params) {
+        buffers_alloc(m, &m->params, A);
+        buffers_alloc(m, &m->grads, sizeof(float));
+    } else {
+        buffers_empty(m, &m->params, A);
+        buffers_empty(m, &m->grads, sizeof(float));
+    }
 
     m->res = dk_calloc(L + 1, sizeof(void *));
     for (size_t l = 0; l <= L; l++) m->res[l] = dev_alloc(m, T * C * A);
@@ -188,8 +212,13 @@ dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_
 
 void model_free(model *m) {
     if (!m->ctx) return;
-    buffers_free(m, &m->params);
-    buffers_free(m, &m->grads);
+    if (m->own_params) {
+        buffers_free(m, &m->params);
+        buffers_free(m, &m->grads);
+    } else {
+        free(m->params.layers);
+        free(m->grads.layers);
+    }
     for (int l = 0; m->res && l <= m->cfg.n_layers; l++) dev_free(m, m->res[l]);
     free(m->res);
     for (int i = 0; m->acts && i < m->n_act_sets; i++) acts_free(m, &m->acts[i]);
@@ -214,6 +243,7 @@ size_t model_device_bytes(const model *m) { return m->device_bytes; }
 
 /* Host fp32 buffers -> the model's act parameters, buffer by buffer. */
 static void params_upload(model *m, const param_buffers *host) {
+    if (!m->own_params) DK_ABORT("model: a sharded model's weights come and go through its provider (dist/zero.h)");
     const param_layout *pl = &m->layout;
     ops_upload_act(m->ctx, m->params.embed, host->embed, pl->embed_size);
     for (int l = 0; l < m->cfg.n_layers; l++) ops_upload_act(m->ctx, m->params.layers[l], host->layers[l], pl->layer_size);
@@ -223,6 +253,7 @@ static void params_upload(model *m, const param_buffers *host) {
 }
 
 static void params_download(const model *m, param_buffers *host) {
+    if (!m->own_params) DK_ABORT("model: a sharded model's weights come and go through its provider (dist/zero.h)");
     const param_layout *pl = &m->layout;
     ops_download_act(m->ctx, host->embed, m->params.embed, pl->embed_size);
     for (int l = 0; l < m->cfg.n_layers; l++) ops_download_act(m->ctx, host->layers[l], m->params.layers[l], pl->layer_size);
@@ -258,6 +289,10 @@ void model_init_random(model *m, uint64_t seed, float std) {
 }
 
 void model_zero_grad(model *m) {
+    if (!m->own_params) {
+        hook(m, MODEL_HOOK_ZERO_GRAD, -1);
+        return;
+    }
     const param_layout *pl = &m->layout;
     ops_zero(m->ctx, m->grads.embed, pl->embed_size * sizeof(float));
     for (int l = 0; l < m->cfg.n_layers; l++) ops_zero(m->ctx, m->grads.layers[l], pl->layer_size * sizeof(float));
@@ -394,9 +429,11 @@ dk_status model_forward(model *m, const model_batch *b, float inv_temp) {
     ops_ctx *ctx = m->ctx;
     const int T = m->T, C = c->hidden_size, L = c->n_layers;
 
+    hook(m, MODEL_HOOK_FORWARD_BEGIN, -1);
     ops_embedding_forward(ctx, m->res[0], m->d_tokens, m->params.embed, T, C);
     for (int l = 0; l < L; l++) {
         model_layer_acts tmp;
+        hook(m, MODEL_HOOK_LAYER_PARAMS, l);
         layer_forward(m, l, layer_acts(m, l, &tmp), m->res[l], m->res[l + 1], 1);
     }
     m->acts_layer = m->recompute ? L - 1 : -1;
@@ -478,6 +515,7 @@ void model_backward(model *m, const float *dlogprob, const float *dentropy) {
     ops_ctx *ctx = m->ctx;
     const int T = m->T, C = c->hidden_size, L = c->n_layers;
 
+    hook(m, MODEL_HOOK_BACKWARD_BEGIN, -1);
     /* Lm head: with tied embeddings its weight gradient is the embedding's. */
     float *dW = c->tie_embeddings ? m->grads.embed : m->grads.lm_head;
     ops_lmhead_backward(ctx, m->d_ln, dW, dlogprob, dentropy, m->final_h, model_lm_head_weight(m), m->d_targets,
@@ -487,13 +525,17 @@ void model_backward(model *m, const float *dlogprob, const float *dentropy) {
 
     for (int l = L - 1; l >= 0; l--) {
         model_layer_acts tmp, *a = layer_acts(m, l, &tmp);
+        hook(m, MODEL_HOOK_LAYER_PARAMS, l);
         if (m->recompute && m->acts_layer != l) {
             /* The same ops on the same input: bit-identical to what the
              * forward computed and dropped. */
             layer_forward(m, l, a, m->res[l], NULL, m->recompute != MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION);
             m->acts_layer = l;
         }
+        hook(m, MODEL_HOOK_LAYER_GRADS, l);
         layer_backward(m, l, a, m->res[l]);
+        hook(m, MODEL_HOOK_LAYER_GRADS_DONE, l);
     }
     ops_embedding_backward(ctx, m->grads.embed, m->d_res, m->d_tokens, T, C);
+    hook(m, MODEL_HOOK_BACKWARD_END, -1);
 }

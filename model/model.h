@@ -76,6 +76,28 @@ enum { MODEL_N_RECOMPUTE = MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION + 1 };
  * model_recompute: the run config's train.recompute values. */
 extern const char *const model_recompute_names[MODEL_N_RECOMPUTE];
 
+/* Where a sharded run (dist/zero.h) steps into the model. Without hooks the
+ * model owns every parameter and gradient buffer and runs as it always has;
+ * with them (model_create_ex, own_params = 0) the provider owns them and the
+ * model calls it at these points, in this order, so it can gather a layer's
+ * weights just in time and scatter its gradients as soon as they are done.
+ * `layer` is -1 for the events that are not about one layer. */
+typedef enum {
+    MODEL_HOOK_FORWARD_BEGIN,    /* the embedding, final norm and lm head are read from here on */
+    MODEL_HOOK_LAYER_PARAMS,     /* layer l's weights are read next (forward, or recompute + backward) */
+    MODEL_HOOK_BACKWARD_BEGIN,   /* the lm head, final norm and embedding gradients accumulate from here on */
+    MODEL_HOOK_LAYER_GRADS,      /* layer l's gradients accumulate next (m->grads.layers[l]) */
+    MODEL_HOOK_LAYER_GRADS_DONE, /* layer l's backward is queued */
+    MODEL_HOOK_BACKWARD_END,     /* every gradient of this backward is queued */
+    MODEL_HOOK_ZERO_GRAD,        /* model_zero_grad: the provider zeroes what it owns */
+} model_hook_event;
+
+struct model;
+typedef struct {
+    void (*fn)(void *user, struct model *m, model_hook_event ev, int layer);
+    void *user;
+} model_hooks;
+
 typedef struct model {
     model_config cfg;
     param_layout layout;
@@ -116,6 +138,8 @@ typedef struct model {
     int n_act_sets;       /* n_layers, or 1 with recompute */
     int acts_layer;       /* with recompute: the layer whose activations the shared set holds, or -1 */
     size_t device_bytes;  /* everything allocated on the ctx's device */
+    int own_params;       /* params and grads are the model's (else a provider's, through hooks) */
+    model_hooks hooks;    /* fn NULL: none */
 } model;
 
 /* Bytes of ctx->scratch the model's ops need for max_tokens tokens per batch
@@ -126,6 +150,13 @@ size_t model_scratch_bytes(const model_config *cfg, int max_tokens);
  * max_tokens tokens. Parameters start at zero; load or initialise them. Fails
  * (naming the field or size) on a bad config or a too small ctx->scratch. */
 dk_status model_create(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, model_recompute recompute);
+/* As model_create; own_params = 0 allocates no parameter or gradient buffer
+ * (params and grads are param_buffers with NULL pointers, `layers` arrays
+ * ready to fill): a provider sets m->hooks and fills the pointers before each
+ * use. Weight loading and saving (model_load_hf, model_init_random,
+ * model_save_hf) need own_params = 1. */
+dk_status model_create_ex(model *m, const model_config *cfg, ops_ctx *ctx, int max_tokens, model_recompute recompute,
+                          int own_params);
 void model_free(model *m);
 
 /* Loads a Hugging Face checkpoint directory (*.safetensors, HF names) whose

@@ -168,7 +168,7 @@ const config_key config_keys[] = {
              "file with the follow-up prompt template ({feedback} is filled in); empty: the built-in one"),
 
     K_STRING(kernelgym, redis, "auto",
-             "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one"),
+             "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one (under mpirun: rank 0 starts it for every rank of a one-node job)"),
     K_FLOAT(kernelgym, timeout_s, "120", CR_POS, "wall-clock limit of one evaluation, in seconds"),
     K_ENUM(kernelgym, device, kg_device, kg_device_names, "auto",
            "where a private fleet (redis = auto) evaluates: cuda, or cpu through the Triton interpreter "

@@ -3,21 +3,35 @@
 #include "trainer/model_setup.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "trainer/mem_plan.h"
+#include "common/util.h"
+#include "kernels/device.h"
+#include "model/param_buffers.h"
+#include "model/weights.h"
 
-/* Refuses a model that cannot fit the device, before anything is
- * allocated: a clear message instead of an out-of-memory abort halfway
- * through planning. On CUDA that is the memory plan (trainer/mem_plan.h) of
- * one rank holding the whole model; on the CPU, host memory against the
- * weights, gradients, AdamW state and op scratch. */
-static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t scratch, int max_tokens) {
-    if (cfg->run.device == DK_DEVICE_CUDA) return mem_plan_check_device(cfg, mc, 0, 1, max_tokens);
+/* Refuses a model whose weights, gradients and AdamW state cannot fit the
+ * host, before anything is allocated: a clear message instead of an
+ * out-of-memory abort halfway through planning. A CUDA run checks the memory
+ * plan instead (trainer/mem_plan.h), once its GPU is known. */
+static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t scratch, int max_tokens, int sharded,
+                            int world) {
     const double n = (double)model_config_n_params(mc);
-    /* fp32 weights + fp32 gradients + fp32 m and v + op scratch */
-    const double need = n * (4 + 4 + 8) + (double)scratch;
+    const double act = cfg->run.device == DK_DEVICE_CPU ? 4.0 : 2.0;
+    /* weights + fp32 gradients + fp32 m and v (+ fp32 masters when weights are
+     * bf16), + op scratch; sharded (trainer/zero.h): 1/world of that state,
+     * plus the gathered embedding, final norm and lm head and two layer
+     * slots, weights and fp32 gradients each */
+    double need = n * (act + 4 + 8 + (act < 4 ? 4 : 0)) + (double)scratch;
+    if (sharded) {
+        param_layout pl;
+        param_layout_init(&pl, mc);
+        const double held = (double)(pl.embed_size + pl.final_norm_size + pl.lm_head_size + 2 * pl.layer_size);
+        need = n * (act + 4 + 8 + (act < 4 ? 4 : 0)) / world + held * (act + 4) + (double)scratch;
+    }
     const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && need > have)
         return dk_fail(DK_ERR_USAGE,
@@ -28,6 +42,8 @@ static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t
     return DK_OK;
 }
 
+static dk_status sharded_weights(run_setup *r, const dk_config *cfg);
+
 dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, size_t extra_scratch) {
     memset(r, 0, sizeof *r);
     model_config mc;
@@ -37,12 +53,23 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     if (st != DK_OK) return dk_wrap(DK_ERR_USAGE, "[tokenizer] path: ");
     size_t scratch = model_scratch_bytes(&mc, max_tokens);
     if (extra_scratch > scratch) scratch = extra_scratch;
-    DK_TRY(check_fits(cfg, &mc, scratch, max_tokens));
-    DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, 0, scratch));
-    r->ctx_ready = 1;
-    DK_TRY(model_create(&r->model, &mc, &r->ctx, max_tokens, cfg->train.recompute));
+    comm_launch(NULL, NULL); /* a no-op after main's launch */
+    const int world = comm_where().world;
+    const char *force = getenv("DK_ZERO");
+    r->sharded = cfg->run.mode == DK_MODE_SFT && (world > 1 || (force && !strcmp(force, "1")));
+    if (cfg->run.device == DK_DEVICE_CPU) DK_TRY(check_fits(cfg, &mc, scratch, max_tokens, r->sharded, world));
+    DK_TRY(run_setup_device(r, cfg, scratch));
+    if (cfg->run.device == DK_DEVICE_CUDA)
+        DK_TRY(mem_plan_check_device(cfg, &mc, r->ctx.gpu, r->sharded ? world : 1, max_tokens));
+    DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, max_tokens, cfg->train.recompute, !r->sharded));
     r->model_ready = 1;
-    DK_TRY(run_setup_initial_weights(&r->model, cfg));
+    if (r->sharded) {
+        optim_config oc = run_setup_optim_config(cfg);
+        DK_TRY(zero_init(&r->zero, &r->model, &r->comm, &oc));
+        DK_TRY(sharded_weights(r, cfg));
+    } else {
+        DK_TRY(run_setup_initial_weights(&r->model, cfg));
+    }
     /* Checked after loading so a bad checkpoint is reported as what it is. */
     int tv = tokenizer_vocab_size(r->tok);
     if (tv > mc.vocab_size)
@@ -51,6 +78,63 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     printf("model: %s, %d layers, hidden %d, %d heads (%d kv), vocab %d, %.2fM parameters, %.1f MB on %s\n",
            model_arch_name(mc.arch), mc.n_layers, mc.hidden_size, mc.n_heads, mc.n_kv_heads, mc.vocab_size,
            model_config_n_params(&mc) / 1e6, model_device_bytes(&r->model) / 1e6, ops_device_name(cfg->run.device));
+    if (r->sharded)
+        printf("dist: %d ranks (%s), ZeRO-3: %.1f MB of shards and working set per rank\n", r->comm.world,
+               r->comm.backend == COMM_NCCL ? "nccl" : "mpi", r->zero.device_bytes / 1e6);
+    return DK_OK;
+}
+
+/* The initial weights on the host, each rank keeping its shards. The full
+ * fp32 copy is large (59 GB for 14B), so the ranks of a node take turns:
+ * one full copy per node at a time. */
+static dk_status sharded_weights(run_setup *r, const dk_config *cfg) {
+    model *m = &r->model;
+    comm *c = &r->comm;
+    /* The most ranks any node has: every rank takes that many turns. */
+    double *local = dk_calloc((size_t)c->world, sizeof(double));
+    local[c->rank] = c->at.local_world;
+    comm_all_reduce_host(c, local, (size_t)c->world);
+    int turns = 1;
+    for (int i = 0; i < c->world; i++)
+        if ((int)local[i] > turns) turns = (int)local[i];
+    free(local);
+    dk_status st = DK_OK;
+    for (int turn = 0; turn < turns; turn++) {
+        if (turn == c->at.local_rank) {
+            param_buffers host;
+            param_buffers_alloc_host(&host, &m->layout, m->cfg.n_layers, m->cfg.tie_embeddings, sizeof(float));
+            if (!cfg->model.path[0])
+                param_init_random(&host, &m->layout, &m->cfg, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
+            else st = weights_load_hf(cfg->model.path, &m->cfg, &m->layout, &host);
+            if (st == DK_OK) zero_load_host(&r->zero, &host);
+            param_buffers_free_host(&host);
+            if (st != DK_OK) return dk_wrap(st, "[model] path = %s: ", cfg->model.path);
+        }
+        comm_barrier(c);
+    }
+    return st;
+}
+
+optim_config run_setup_optim_config(const dk_config *cfg) {
+    optim_config oc = {(float)cfg->train.beta1, (float)cfg->train.beta2, (float)cfg->train.eps,
+                       (float)cfg->train.weight_decay, (float)cfg->train.grad_clip};
+    return oc;
+}
+
+dk_status run_setup_device(run_setup *r, const dk_config *cfg, size_t scratch) {
+    comm_launch(NULL, NULL); /* a no-op after main's launch */
+    const comm_place at = comm_where();
+    _Static_assert((int)DK_COMM_AUTO == (int)COMM_AUTO && (int)DK_COMM_NCCL == (int)COMM_NCCL &&
+                       (int)DK_COMM_MPI == (int)COMM_MPI,
+                   "dist.backend values are the comm backends, in the same order");
+    comm_backend be;
+    int gpu = 0;
+    const int cuda = cfg->run.device == DK_DEVICE_CUDA;
+    DK_TRY(comm_pick((comm_backend)cfg->dist.backend, cuda, cuda ? device_count() : 0, &at, &be, &gpu));
+    DK_TRY(ops_ctx_init(&r->ctx, cfg->run.device, gpu, scratch));
+    r->ctx_ready = 1;
+    DK_TRY(comm_open(&r->comm, &r->ctx, be, cfg->dist.timeout_s));
+    r->comm_ready = 1;
     return DK_OK;
 }
 
@@ -64,7 +148,9 @@ dk_status run_setup_initial_weights(model *m, const dk_config *cfg) {
 }
 
 void run_setup_free(run_setup *r) {
+    if (r->sharded && r->model_ready) zero_free(&r->zero);
     if (r->model_ready) model_free(&r->model);
+    if (r->comm_ready) comm_close(&r->comm);
     if (r->ctx_ready) ops_ctx_free(&r->ctx);
     if (r->tok) tokenizer_free(r->tok);
     memset(r, 0, sizeof *r);

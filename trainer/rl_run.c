@@ -5,7 +5,18 @@
  *   4. PPO update (old logprobs recomputed by the training forward);
  *   5. one console line, one metrics.jsonl line, a checkpoint when due.
  * Randomness is keyed by (seed, step, task, sample), so a resumed run rolls
- * out exactly what the uninterrupted one would have. */
+ * out exactly what the uninterrupted one would have.
+ *
+ * Data parallel (mpirun -np N): every rank holds the whole policy and rolls
+ * out a contiguous run of the step's tasks with its own engine; a pair's
+ * draws are keyed as above, so it rolls out alike on any rank. The rollouts
+ * are then gathered to every rank in global order (trainer/rl_gather.h), so
+ * PRS, rewards and advantages are computed from the whole batch, identically
+ * everywhere; each rank trains on its own sequences with global mini-batches
+ * and denominators (trainer/rl_update.h) and the gradients are summed over
+ * ranks, so every rank takes the same optimizer step and keeps the same
+ * weights for its next rollouts. Rank 0 alone writes the metrics, the
+ * rollouts and the checkpoints. */
 #include "trainer/rl_run.h"
 
 #include <math.h>
@@ -24,6 +35,7 @@
 #include "trainer/micro_batch.h"
 #include "trainer/rl_batch.h"
 #include "trainer/rl_dump.h"
+#include "trainer/rl_gather.h"
 #include "trainer/rl_metrics.h"
 #include "trainer/run_begin.h"
 #include "trainer/run_logs.h"
@@ -49,19 +61,45 @@ static dk_status check_shape(const dk_config *cfg) {
     return DK_OK;
 }
 
+/* The step's rollout counts summed over ranks (the timings stay rank 0's:
+ * the ranks generate at the same time). */
+static void rollout_stats_all_reduce(comm *c, rl_rollout_stats *rs) {
+    double x[1 + 2 * RL_MAX_TURNS];
+    x[0] = (double)rs->sampled_tokens;
+    for (int t = 0; t < RL_MAX_TURNS; t++) {
+        x[1 + t] = (double)rs->response_tokens_per_turn[t];
+        x[1 + RL_MAX_TURNS + t] = rs->responses_per_turn[t];
+    }
+    comm_all_reduce_host(c, x, sizeof x / sizeof *x);
+    rs->sampled_tokens = (long)x[0];
+    for (int t = 0; t < RL_MAX_TURNS; t++) {
+        rs->response_tokens_per_turn[t] = (long)x[1 + t];
+        rs->responses_per_turn[t] = (int)x[1 + RL_MAX_TURNS + t];
+    }
+}
+
 dk_status rl_run(const dk_config *cfg) {
     DK_TRY(check_shape(cfg));
     const int B = cfg->train.batch_size, S = cfg->rl.n_samples, n_tasks = B / S, turns = cfg->rl.max_turns;
     const micro_plan plan = micro_plan_make(cfg, B, cfg->rl.mini_batches);
     /* The policy being trained is the tempered one the rollouts sampled from. */
     const float inv_temp = cfg->rl.temperature > 0 ? (float)(1.0 / cfg->rl.temperature) : 1.0f;
+    /* The engine decodes this rank's conversations only: size it (and, on
+     * the CPU, its KV cache) for the largest share of the batch. */
+    const int world = comm_where().world;
+    const int most_local = (n_tasks + world - 1) / world * S;
     rollout_session ss;
-    dk_status st = rollout_session_init(&ss, cfg, B, (int)plan.max_tokens);
+    dk_status st = rollout_session_init(&ss, cfg, most_local > 0 ? most_local : 1, (int)plan.max_tokens);
     if (st != DK_OK) {
         rollout_session_free(&ss);
         return st;
     }
     model *m = &ss.r.model;
+    comm *cm = &ss.r.comm;
+    const int lead = cm->rank == 0; /* the rank that prints and writes */
+    int t0, t1; /* this rank's tasks of every step */
+    rl_gather_task_range(n_tasks, cm->rank, cm->world, &t0, &t1);
+    const int n_local = (t1 - t0) * S;
     const model_config mc = m->cfg;
     optim opt;
     optim_config oc = {(float)cfg->train.beta1, (float)cfg->train.beta2, (float)cfg->train.eps,
@@ -80,8 +118,8 @@ dk_status rl_run(const dk_config *cfg) {
         if (st == DK_OK) st = run_setup_initial_weights(&ref, cfg);
     }
     int complete = 0;
-    if (st == DK_OK) st = run_begin(cfg, start, &complete);
-    if (st == DK_OK && !complete) st = metrics_open(&ml, cfg->run.dir);
+    if (st == DK_OK) st = run_begin(cfg, start, lead, &complete);
+    if (st == DK_OK && !complete && lead) st = metrics_open(&ml, cfg->run.dir);
 
     lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps, cfg->run.steps};
     adv_config ac;
@@ -99,7 +137,9 @@ dk_status rl_run(const dk_config *cfg) {
     uint8_t *valid = dk_calloc(cells, 1), *correct = dk_calloc(cells, 1);
     rl_task *batch_tasks = dk_calloc((size_t)n_tasks, sizeof *batch_tasks);
     int64_t *task_ids = dk_calloc((size_t)n_tasks, sizeof *task_ids);
-    rl_rollout *ro = dk_calloc((size_t)B, sizeof *ro);
+    rl_rollout *ro_local = dk_calloc((size_t)B, sizeof *ro_local);
+    /* The whole batch: this rank's own rollouts at world 1, else gathered. */
+    rl_rollout *ro = cm->world > 1 ? dk_calloc((size_t)B, sizeof *ro) : ro_local;
     int lost_steps = 0; /* steps in a row with evaluations the judge could not run */
 
     for (int step = start; step < cfg->run.steps && st == DK_OK && !complete; step++) {
@@ -111,21 +151,31 @@ dk_status rl_run(const dk_config *cfg) {
         }
         rl_rollout_config rc;
         rollout_session_config(&ss, cfg, step, task_ids, &rc);
+        rc.task_keys = task_ids + t0;
         rl_rollout_stats rs;
-        st = rl_rollout_batch(ss.eng, ss.r.tok, ss.es.env, batch_tasks, n_tasks, S, &rc, ro, &rs);
+        memset(&rs, 0, sizeof rs);
+        if (t1 > t0) st = rl_rollout_batch(ss.eng, ss.r.tok, ss.es.env, batch_tasks + t0, t1 - t0, S, &rc, ro_local, &rs);
         if (st != DK_OK) break;
         /* A batch the judge could not score is trained on (its turns count as
-         * errors) unless it is one of fail_step_after in a row. */
-        const long judge_lost = ss.es.env->judge_lost;
+         * errors) unless it is one of fail_step_after in a row. The count is
+         * the job's, so every rank takes the same decision. */
+        double lost_all = (double)ss.es.env->judge_lost;
         ss.es.env->judge_lost = 0;
+        if (cm->world > 1) comm_all_reduce_host(cm, &lost_all, 1);
+        const long judge_lost = (long)lost_all;
         lost_steps = judge_lost > 0 ? lost_steps + 1 : 0;
         if (cfg->kernelgym.fail_step_after > 0 && lost_steps >= cfg->kernelgym.fail_step_after) {
-            rl_rollout_free(ss.eng, ro, B);
+            rl_rollout_free(ss.eng, ro_local, n_local);
             st = dk_fail(DK_ERR_RUNTIME,
                          "step %d: %ld evaluations could not run; KernelGym was unreachable for %d steps in a row "
                          "([kernelgym] fail_step_after = %d, reconnect_s = %g)",
                          step + 1, judge_lost, lost_steps, cfg->kernelgym.fail_step_after, cfg->kernelgym.reconnect_s);
             break;
+        }
+        if (cm->world > 1) {
+            st = rl_gather_rollouts(cm, ro_local, n_local, t0, ro, B);
+            if (st != DK_OK) break;
+            rollout_stats_all_reduce(cm, &rs);
         }
 
         memset(rewards, 0, cells * sizeof(float));
@@ -145,7 +195,9 @@ dk_status rl_run(const dk_config *cfg) {
         if (st != DK_OK) break;
 
         rl_batch b;
-        rl_batch_build(&b, ro, B, turns, adv, valid);
+        /* This rank trains on the sequences it rolled out. */
+        const size_t c0 = (size_t)t0 * S * turns;
+        rl_batch_build(&b, ro + (size_t)t0 * S, n_local, turns, adv + c0, valid + c0);
         if (have_ref) st = rl_forward_logprobs(&ref, &b, &plan, inv_temp, b.logp_ref, NULL);
         rl_update_config uc;
         ppo_config_default(&uc.ppo);
@@ -161,9 +213,12 @@ dk_status rl_run(const dk_config *cfg) {
         uc.plan = plan;
         uc.inv_temp = inv_temp;
         uc.lr = lr_at(&sched, step);
+        uc.c = cm;
+        uc.seq0 = t0 * S;
+        uc.n_global = B;
         rl_update_stats us;
         if (st == DK_OK) st = rl_update(m, &opt, &b, &uc, &us);
-        if (st == DK_OK) {
+        if (st == DK_OK && lead) {
             rl_step_summary sum;
             rl_metrics_summarise(&sum, ro, B, turns, rewards, &ps);
             sum.judge_lost = judge_lost;
@@ -173,10 +228,13 @@ dk_status rl_run(const dk_config *cfg) {
             st = rl_dump_rollouts(cfg->run.dir, step + 1, ro, B, batch_tasks, ss.r.tok);
         }
         rl_batch_free(&b);
-        rl_rollout_free(ss.eng, ro, B);
+        rl_rollout_free(ss.eng, ro_local, n_local);
+        if (cm->world > 1) rl_gather_free(ro, B);
         if (st != DK_OK) break;
         int every = cfg->ckpt.every;
-        if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
+        /* Every rank holds the same weights and optimizer state: rank 0's are
+         * the job's. */
+        if (lead && ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps)) {
             ckpt_state cs = {step + 1, (long)(step + 1) * n_tasks, (uint64_t)cfg->run.seed, 1};
             st = run_logs_mark(cfg->run.dir, step + 1);
             if (st == DK_OK) st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
@@ -190,8 +248,9 @@ dk_status rl_run(const dk_config *cfg) {
     free(correct);
     free(batch_tasks);
     free(task_ids);
-    free(ro);
-    metrics_close(&ml);
+    if (ro != ro_local) free(ro);
+    free(ro_local);
+    if (lead) metrics_close(&ml);
     if (have_ref) model_free(&ref);
     optim_free(&opt, &ss.r.ctx);
     rollout_session_free(&ss);

@@ -1,7 +1,9 @@
 /* rl_update.c: PPO over packed micro-batches. The loss gradient per token
  * (rl/ppo.c) is uploaded as dL/dlogprob and backpropagated by the model; the
  * mini-batch's token or sequence count is the shared denominator, so the
- * micro-batch gradients add up to the mini-batch gradient exactly. */
+ * micro-batch gradients add up to the mini-batch gradient exactly. Over
+ * several ranks the same holds for the ranks' parts of a mini-batch: their
+ * denominators are summed first, their gradients after (rl_update.h). */
 #include "trainer/rl_update.h"
 
 #include <math.h>
@@ -93,6 +95,54 @@ static void stats_finish(ppo_stats *acc, double w) {
     acc->mismatch_mean /= w;
 }
 
+/* Sums every rank's gradients into every rank's (fp32, unit by unit). */
+static void grads_all_reduce(comm *c, model *m) {
+    const param_layout *pl = &m->layout;
+    comm_all_reduce(c, m->grads.embed, pl->embed_size, COMM_F32);
+    for (int l = 0; l < m->cfg.n_layers; l++) comm_all_reduce(c, m->grads.layers[l], pl->layer_size, COMM_F32);
+    comm_all_reduce(c, m->grads.final_norm, pl->final_norm_size, COMM_F32);
+    if (m->grads.lm_head) comm_all_reduce(c, m->grads.lm_head, pl->lm_head_size, COMM_F32);
+}
+
+/* x[n] := the largest value over ranks, in place. */
+static void max_over_ranks(comm *c, double *x, int n) {
+    if (c->world == 1) return;
+    double *all = NULL;
+    comm_all_gather_host(c, x, (size_t)n * sizeof(double), (void **)&all, NULL);
+    for (int r = 0; r < c->world; r++)
+        for (int i = 0; i < n; i++)
+            if (all[r * n + i] > x[i]) x[i] = all[r * n + i];
+    free(all);
+}
+
+/* An epoch's statistics summed over ranks (weighted means stay weighted
+ * sums until stats_finish), its maxima maximised. */
+static void stats_all_reduce(comm *c, ppo_stats *a, double *w_acc, double *loss_sum) {
+    double x[] = {a->clip_frac_low, a->clip_frac_high, a->clip_frac_dual, a->approx_kl, a->ratio_mean,
+                  a->ref_kl, a->tis_mean, a->tis_capped_frac, a->mismatch_mean, a->n_tokens, a->n_seqs,
+                  a->n_tokens_rejected, a->n_seqs_rejected, *w_acc, *loss_sum};
+    comm_all_reduce_host(c, x, sizeof x / sizeof *x);
+    a->clip_frac_low = x[0];
+    a->clip_frac_high = x[1];
+    a->clip_frac_dual = x[2];
+    a->approx_kl = x[3];
+    a->ratio_mean = x[4];
+    a->ref_kl = x[5];
+    a->tis_mean = x[6];
+    a->tis_capped_frac = x[7];
+    a->mismatch_mean = x[8];
+    a->n_tokens = (int)x[9];
+    a->n_seqs = (int)x[10];
+    a->n_tokens_rejected = (int)x[11];
+    a->n_seqs_rejected = (int)x[12];
+    *w_acc = x[13];
+    *loss_sum = x[14];
+    double mx[2] = {a->ratio_max, a->mismatch_max};
+    max_over_ranks(c, mx, 2);
+    a->ratio_max = mx[0];
+    a->mismatch_max = mx[1];
+}
+
 dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, rl_update_stats *st) {
     memset(st, 0, sizeof *st);
     double t0 = dk_now();
@@ -105,22 +155,29 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
             ent += b->entropy[t];
             n_masked++;
         }
-    st->entropy = n_masked ? ent / n_masked : NAN;
+    double ent_n[2] = {ent, (double)n_masked};
+    comm_all_reduce_host(c->c, ent_n, 2);
+    st->entropy = ent_n[1] > 0 ? ent_n[0] / ent_n[1] : NAN;
 
     const size_t T = (size_t)b->T;
     float *dlogp = dk_calloc(T, sizeof(float));
     float *dent = want_entropy ? dk_calloc(T, sizeof(float)) : NULL;
     int32_t *cu = dk_malloc(((size_t)b->n_seqs + 1) * sizeof(int32_t));
     int *len = seq_lens(b);
-    const int per_mini = (b->n_seqs + c->mini_batches - 1) / c->mini_batches;
+    const int per_mini = (c->n_global + c->mini_batches - 1) / c->mini_batches;
+    const int world = c->c->world;
     dk_status s = DK_OK;
     for (int epoch = 0; epoch < c->epochs && s == DK_OK; epoch++) {
         ppo_stats acc;
         memset(&acc, 0, sizeof acc);
         double w_acc = 0, loss_sum = 0;
         int n_mini = 0;
-        for (int m0 = 0; m0 < b->n_seqs && s == DK_OK; m0 += per_mini) {
-            int m1 = m0 + per_mini < b->n_seqs ? m0 + per_mini : b->n_seqs;
+        for (int g0 = 0; g0 < c->n_global && s == DK_OK; g0 += per_mini) {
+            /* This rank's part [m0, m1) of the global mini-batch [g0, g1). */
+            const int g1 = g0 + per_mini < c->n_global ? g0 + per_mini : c->n_global;
+            int m0 = g0 - c->seq0, m1 = g1 - c->seq0;
+            m0 = m0 < 0 ? 0 : m0 > b->n_seqs ? b->n_seqs : m0;
+            m1 = m1 < m0 ? m0 : m1 > b->n_seqs ? b->n_seqs : m1;
             /* The mini-batch's denominator: its counted tokens or sequences. */
             long N = 0, S = 0;
             for (int s0 = m0, s1; s0 < m1; s0 = s1) {
@@ -134,6 +191,11 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
                 N += nt;
                 S += ns;
             }
+            if (s != DK_OK) break;
+            double counts[2] = {(double)N, (double)S};
+            comm_all_reduce_host(c->c, counts, 2);
+            N = (long)counts[0];
+            S = (long)counts[1];
             double denom = c->ppo.agg == PPO_AGG_TOKEN_MEAN ? (double)N : (double)S;
             model_zero_grad(m);
             double mini_loss = 0;
@@ -158,15 +220,20 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
                 st->train_tokens += mb.T;
             }
             if (s != DK_OK) break;
+            if (world > 1) grads_all_reduce(c->c, m);
             st->grad_norm = optim_step(o, m->ctx, &m->params, &m->grads, c->lr);
             st->optimizer_steps++;
             loss_sum += mini_loss;
             n_mini++;
         }
+        stats_all_reduce(c->c, &acc, &w_acc, &loss_sum);
         stats_finish(&acc, w_acc);
         st->ppo = acc;
         st->loss = n_mini ? loss_sum / n_mini : 0;
     }
+    double tokens = (double)st->train_tokens;
+    comm_all_reduce_host(c->c, &tokens, 1);
+    st->train_tokens = (long)tokens;
     ops_sync(m->ctx);
     st->train_s = dk_now() - t0;
     free(dlogp);

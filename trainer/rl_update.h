@@ -1,10 +1,19 @@
 /* rl_update.h: one RL step's policy update (docs/DESIGN.md §8 steps 7-8): the
  * old logprobs recomputed by the training forward, then PPO epochs over
  * mini-batches (one optimizer step each), each split into packed
- * micro-batches whose gradients accumulate into the mini-batch's. */
+ * micro-batches whose gradients accumulate into the mini-batch's.
+ *
+ * Data parallel: every rank holds the whole model and a contiguous run of
+ * the batch's sequences (global ids seq0 .. seq0 + b->n_seqs - 1 of
+ * n_global). Mini-batches are cut from the global sequence order, so they do
+ * not depend on the world size; each rank runs its part of each one, the
+ * denominators (counted tokens or sequences) and the statistics are summed
+ * over ranks, and the gradients are all-reduced before every optimizer
+ * step, which every rank then takes alike. */
 #ifndef DK_RL_UPDATE_H
 #define DK_RL_UPDATE_H
 
+#include "dist/comm.h"
 #include "model/model.h"
 #include "rl/ppo.h"
 #include "trainer/optim.h"
@@ -17,14 +26,16 @@ typedef struct {
     micro_plan plan;                      /* how mini-batches are cut into micro-batches */
     float inv_temp;                       /* 1 / sampling temperature: the rollout's distribution */
     double lr;
+    comm *c;                              /* the ranks sharing the batch */
+    int seq0, n_global;                   /* this rank's first sequence; sequences over all ranks */
 } rl_update_config;
 
 typedef struct {
-    ppo_stats ppo;          /* token-weighted means over all micro-batches of the last epoch */
+    ppo_stats ppo;          /* token-weighted means over all micro-batches of the last epoch (all ranks) */
     double loss;            /* mean over mini-batches of the last epoch */
     double grad_norm;       /* of the last optimizer step */
-    double entropy;         /* mean entropy over counted tokens (old policy) */
-    long train_tokens;      /* tokens through forward + backward */
+    double entropy;         /* mean entropy over counted tokens (old policy, all ranks) */
+    long train_tokens;      /* tokens through forward + backward (all ranks) */
     double train_s;
     int optimizer_steps;
 } rl_update_stats;

@@ -42,7 +42,7 @@ dk_status rollout_session_init(rollout_session *s, const dk_config *cfg, int max
     DK_TRY(gen_create(&s->eng, &s->r.model, &gc));
     DK_TRY(load_template(cfg->rl.prompt_template, PROMPT_FIRST, &s->first_t));
     DK_TRY(load_template(cfg->rl.feedback_template, PROMPT_FOLLOWUP, &s->follow_t));
-    DK_TRY(rl_env_setup_init(&s->es, cfg));
+    DK_TRY(rl_env_setup_init(&s->es, cfg, &s->r.comm));
     /* The toy asks its question plainly, not as a kernel task. */
     if (cfg->rl.env == DK_ENV_TOY && !s->first_t) s->first_t = dk_strdup("{source}");
     if (cfg->rl.env == DK_ENV_TOY && !s->follow_t) s->follow_t = dk_strdup("{feedback}");

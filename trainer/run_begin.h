@@ -9,10 +9,12 @@
 #include "common/error.h"
 #include "trainer/config.h"
 
-/* start: the step the run continues from (0 when fresh). *nothing_to_do is set
+/* start: the step the run continues from (0 when fresh). Only the rank that
+ * owns the run directory (rank 0) passes writes = 1; the others take the same
+ * decisions and write nothing. *nothing_to_do is set
  * when start == [run] steps: the run is already complete, a message says so
  * and nothing in the run directory changes. start > [run] steps is a config
  * error (exit 2) naming both numbers. */
-dk_status run_begin(const dk_config *cfg, int start, int *nothing_to_do);
+dk_status run_begin(const dk_config *cfg, int start, int writes, int *nothing_to_do);
 
 #endif

@@ -2,7 +2,15 @@
  * a keyed shuffled order, splits them into grad_accum packed micro-batches
  * (variable-length sequences, no padding), and minimises the mean negative
  * log-likelihood of the assistant tokens over the whole step: every target
- * token weighs the same whichever micro-batch it falls in. */
+ * token weighs the same whichever micro-batch it falls in.
+ *
+ * Data parallel: the step's sequences, their order and the micro-batches do
+ * not depend on the world size; each rank runs its contiguous slice of every
+ * micro-batch (an empty slice runs one masked token, so every rank makes the
+ * same calls the sharded model's collectives need), every token's gradient is
+ * divided by the step's global target count, and the sharded gradients are
+ * summed over ranks. Any world size thus computes the same step up to the
+ * order of float sums. */
 #include "trainer/sft.h"
 
 #include <math.h>
@@ -12,6 +20,8 @@
 
 #include "common/util.h"
 #include "data/sft_data.h"
+#include "model/param_buffers.h"
+#include "model/weights.h"
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -29,6 +39,16 @@ typedef struct {
 } packed;
 
 static void pack(packed *p, const sft_dataset *ds, const int *idx, int n) {
+    if (n == 0) { /* a rank with nothing in this micro-batch: one masked token */
+        p->T = 1;
+        p->n_seqs = 1;
+        p->n_targets = 0;
+        p->tokens[0] = 0;
+        p->targets[0] = -1;
+        p->cu[0] = 0;
+        p->cu[1] = 1;
+        return;
+    }
     p->T = 0;
     p->n_seqs = n;
     p->n_targets = 0;
@@ -44,6 +64,40 @@ static void pack(packed *p, const sft_dataset *ds, const int *idx, int n) {
         p->T += e->n;
         p->cu[s + 1] = p->T;
     }
+}
+
+/* Sharded runs keep no resumable checkpoint yet (that needs the optimizer
+ * shards of every rank): one that would resume one refuses to start. */
+static dk_status sharded_resume(const dk_config *cfg) {
+    if (!strcmp(cfg->ckpt.resume, "none")) return DK_OK;
+    char path[DK_CONFIG_STR + 64] = "";
+    if (strcmp(cfg->ckpt.resume, "auto")) snprintf(path, sizeof path, "%s", cfg->ckpt.resume);
+    else DK_TRY(ckpt_find_latest(cfg->run.dir, path, sizeof path));
+    if (path[0])
+        return dk_fail(DK_ERR_USAGE,
+                       "[ckpt] resume = %s: resuming %s is not possible in a sharded run (more than one rank); "
+                       "set ckpt.resume = none or resume with one rank",
+                       cfg->ckpt.resume, path);
+    return DK_OK;
+}
+
+/* A sharded run's checkpoint: the gathered fp32 masters as HF safetensors
+ * in RUN_DIR/weights/step_N (written by rank 0; every rank gathers). */
+static dk_status sharded_save(run_setup *r, const dk_config *cfg, int step) {
+    model *m = &r->model;
+    param_buffers host;
+    param_buffers_alloc_host(&host, &m->layout, m->cfg.n_layers, m->cfg.tie_embeddings, sizeof(float));
+    zero_gather_host(&r->zero, &host);
+    dk_status st = DK_OK;
+    if (r->comm.rank == 0) {
+        char dir[DK_CONFIG_STR + 64];
+        snprintf(dir, sizeof dir, "%s/weights/step_%08d", cfg->run.dir, step);
+        st = dk_mkdirs(dir);
+        if (st == DK_OK) st = weights_save_hf(dir, &m->cfg, &m->layout, &host, "fp32", 0);
+        if (st == DK_OK) printf("weights: %s (fp32 masters; no optimizer state in a sharded run)\n", dir);
+    }
+    param_buffers_free_host(&host);
+    return st;
 }
 
 dk_status sft_run(const dk_config *cfg) {
@@ -67,20 +121,23 @@ dk_status sft_run(const dk_config *cfg) {
 
     model *m = &r.model;
     ops_ctx *ctx = &r.ctx;
-    optim_config oc = {(float)cfg->train.beta1, (float)cfg->train.beta2, (float)cfg->train.eps,
-                       (float)cfg->train.weight_decay, (float)cfg->train.grad_clip};
+    comm *cm = &r.comm;
+    const int lead = cm->rank == 0; /* the rank that prints and writes */
+    optim_config oc = run_setup_optim_config(cfg);
     optim opt;
-    optim_init(&opt, ctx, &oc, &m->cfg, &m->params);
+    memset(&opt, 0, sizeof opt);
+    if (!r.sharded) optim_init(&opt, ctx, &oc, &m->cfg, &m->params);
     lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps,
                          cfg->run.steps};
     int start = 0;
-    st = ckpt_resume(cfg, m, &opt, &start);
+    st = r.sharded ? sharded_resume(cfg) : ckpt_resume(cfg, m, &opt, &start);
     if (st != DK_OK) goto done;
     int complete = 0;
-    st = run_begin(cfg, start, &complete);
+    st = run_begin(cfg, start, lead, &complete);
     if (st != DK_OK || complete) goto done;
     metrics_log ml;
-    st = metrics_open(&ml, cfg->run.dir);
+    memset(&ml, 0, sizeof ml);
+    if (lead) st = metrics_open(&ml, cfg->run.dir);
     if (st != DK_OK) goto done;
 
     packed p;
@@ -107,7 +164,10 @@ dk_status sft_run(const dk_config *cfg) {
         double nll = 0.0;
         for (int s0 = 0, s1; s0 < B; s0 = s1) {
             s1 = micro_next(&plan, len, s0, B);
-            pack(&p, &ds, idx + s0, s1 - s0);
+            /* This rank's slice of the micro-batch. */
+            const int n = s1 - s0, a = s0 + (int)((long)n * cm->rank / cm->world);
+            const int e = s0 + (int)((long)n * (cm->rank + 1) / cm->world);
+            pack(&p, &ds, idx + a, e - a);
             model_batch b = {p.T, p.n_seqs, p.tokens, NULL, p.cu, p.targets};
             st = model_forward(m, &b, 1.0f);
             if (st != DK_OK) goto done_loop;
@@ -118,8 +178,9 @@ dk_status sft_run(const dk_config *cfg) {
             for (int t = 0; t < p.T; t++)
                 if (p.targets[t] >= 0) nll -= p.logprob[t];
         }
+        comm_all_reduce_host(cm, &nll, 1);
         double loss = nll / (double)n_targets;
-        double norm = optim_step(&opt, ctx, &m->params, &m->grads, lr);
+        double norm = r.sharded ? zero_step(&r.zero, lr) : optim_step(&opt, ctx, &m->params, &m->grads, lr);
         ops_sync(ctx);
         double dt = dk_now() - t0;
         if (!isfinite(loss) || !isfinite(norm)) {
@@ -127,6 +188,7 @@ dk_status sft_run(const dk_config *cfg) {
                          step + 1, loss, norm);
             goto done_loop;
         }
+        if (!lead) goto saved;
         metrics_begin(&ml, step + 1);
         metrics_add(&ml, "loss", loss);
         metrics_add(&ml, "lr", lr);
@@ -141,8 +203,12 @@ dk_status sft_run(const dk_config *cfg) {
             printf("step %5d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s\n", step + 1, cfg->run.steps,
                    loss, lr, norm, n_tokens / dt);
         fflush(stdout);
+    saved:;
         int every = cfg->ckpt.every;
-        if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
+        if (((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) && r.sharded) {
+            st = sharded_save(&r, cfg, step + 1);
+            if (st != DK_OK) goto done_loop;
+        } else if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
             ckpt_state cs = {step + 1, (long)(step + 1) * B, (uint64_t)cfg->run.seed, 1};
             st = run_logs_mark(cfg->run.dir, step + 1);
             if (st != DK_OK) goto done_loop;
@@ -159,9 +225,9 @@ done_loop:
     free(p.logprob);
     free(idx);
     free(len);
-    metrics_close(&ml);
+    if (lead) metrics_close(&ml);
 done:
-    optim_free(&opt, ctx);
+    if (!r.sharded) optim_free(&opt, ctx);
     sft_dataset_free(&ds);
     run_setup_free(&r);
     return st;

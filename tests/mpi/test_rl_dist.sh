@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Data-parallel RL does not depend on the world size. configs/toy.ini (TRLOO,
+# PPO, the toy reward) for 6 steps on the CPU backend:
+#   - worlds 2 and 3 against world 1: the same rollouts (rollouts.jsonl
+#     byte-identical: every response, outcome and reward), the same per-step
+#     rewards and response lengths exactly; loss within 1e-5 relative + 1e-8
+#     absolute (the loss itself is ~1e-10 when TRLOO advantages sum to zero,
+#     and ~1e-9 apart across worlds with mini-batches), grad norm and entropy within 1e-5 relative; the fp32 masters and AdamW moments of the final checkpoint
+#     within 1e-4 absolute (1% of one AdamW step at lr 1e-2; only the order of
+#     float sums differs, which AdamW magnifies where a gradient is ~0);
+#   - world 3 with two mini-batches and two micro-batches each, so ranks
+#     straddle mini-batch bounds, against world 1 with the same settings;
+#   - world 3 with 2 tasks a step, so one rank rolls out nothing;
+#   - world 2 twice: bit-identical metrics (timings aside) and checkpoint;
+#   - the run directory holds one metrics.jsonl and one rollouts.jsonl,
+#     written by rank 0 alone.
+set -eu
+. "$(dirname "$0")/mpirun.sh"
+py="${DK_PYTHON:-.venv/bin/python}"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+run() { dk_train "$1" "$2" configs/toy.ini run.steps=6 "${@:3}"; } # NAME NP [key=value...]
+run w1 1
+run w2 2
+run w2b 2
+run w3 3
+run w1mb 1 rl.mini_batches=2 train.grad_accum=2
+run w3mb 3 rl.mini_batches=2 train.grad_accum=2
+run w1few 1 train.batch_size=16
+run w3few 3 train.batch_size=16
+for f in model.safetensors optim/rank_00000.bin; do
+    cmp "$dir/w2/ckpt/step_00000006/$f" "$dir/w2b/ckpt/step_00000006/$f"
+done
+"$py" - "$dir" <<'PY'
+import glob, json, os, sys
+import numpy as np
+from safetensors.torch import load_file
+d = sys.argv[1]
+timing = {"rollout_s", "env_s", "train_s", "step_s", "rollout_tokens_per_s", "train_tokens_per_s"}
+exact = ["reward_mean", "reward_mean_turn1", "reward_std_turn1", "response_len_mean", "fast1", "correct_rate",
+         "prs_drop_rate", "lr"]
+def rows(n): return [json.loads(l) for l in open(f"{d}/{n}/metrics.jsonl")]
+def state(n):
+    """The final checkpoint's fp32 masters, m and v (after the file's header)."""
+    ck = f"{d}/{n}/ckpt/step_00000006"
+    n_params = sum(t.numel() for t in load_file(f"{ck}/model.safetensors").values())
+    raw = np.fromfile(f"{ck}/optim/rank_00000.bin", dtype=np.uint8)
+    head = len(raw) - 12 * n_params
+    return raw[:head], raw[head:].view(np.float32).astype(np.float64)
+def compare(base, n):
+    a, b = rows(base), rows(n)
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5, 6], f"{n}: steps {[r['step'] for r in b]}"
+    for x, y in zip(a, b):
+        for k in exact:
+            assert x[k] == y[k], f"{n} step {x['step']}: {k} {y[k]} != {x[k]} at world 1"
+    dl = max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b))
+    loss_ok = all(abs(x["loss"] - y["loss"]) <= 1e-5 * abs(x["loss"]) + 1e-8 for x, y in zip(a, b))
+    dn = max(abs(x["grad_norm"] - y["grad_norm"]) / (abs(x["grad_norm"]) + 1e-12) for x, y in zip(a, b))
+    de = max(abs(x["entropy"] - y["entropy"]) / (abs(x["entropy"]) + 1e-12) for x, y in zip(a, b))
+    ha, sa = state(base)
+    hb, sb = state(n)
+    assert (ha == hb).all(), f"{n}: the optimizer file's header differs"
+    dw = np.abs(sa - sb).max()
+    print(f"{n} vs {base}: rewards equal; max loss diff {dl:.1e}, relative grad norm {dn:.1e}, "
+          f"entropy {de:.1e}; max master/moment diff {dw:.1e}")
+    assert loss_ok and dn < 1e-5 and de < 1e-5 and dw < 1e-4, n
+    assert open(f"{d}/{base}/rollouts.jsonl", "rb").read() == open(f"{d}/{n}/rollouts.jsonl", "rb").read(), \
+        f"{n}: rollouts.jsonl differs from {base}'s"
+    files = sorted(os.listdir(f"{d}/{n}"))
+    assert files == ["ckpt", "config.ini", "logs_offsets.json", "metrics.jsonl", "rollouts.jsonl", "run.lock", "tb"], f"{n}: run dir holds {files}"
+for base, n in (("w1", "w2"), ("w1", "w3"), ("w1mb", "w3mb"), ("w1few", "w3few")):
+    compare(base, n)
+assert len(open(f"{d}/w2/rollouts.jsonl", "rb").readlines()) == 6 * 32
+for x, y in zip(rows("w2"), rows("w2b")):
+    for k in x:
+        assert k in timing or x[k] == y[k], f"world 2 twice: step {x['step']} {k}: {x[k]} != {y[k]}"
+print("world 2 twice: bit-identical")
+PY

@@ -1,0 +1,173 @@
+/* test_zero_model.c: ZeRO-3 (trainer/zero.h) against the unsharded model of the
+ * same weights in the same process, on the CPU backend, for an untied Qwen3
+ * and a tied Qwen2 fixture shape with 3 layers (odd, so both layer slots
+ * take turns unevenly):
+ *   - each rank's unit ranges are dist/shard.h's, and its shards hold
+ *     exactly its slice of the weights it was given;
+ *   - the sharded forward's per-token logprobs equal the unsharded ones bit
+ *     for bit (the gathered layers are exact copies);
+ *   - after two micro-batches on every rank, each scaled by 1/world, the
+ *     reduce-scattered gradient shards equal the unsharded gradients: bit
+ *     for bit at world 1, else within 1e-5 of the unit's largest gradient
+ *     (the second micro-batch adds onto the first one's sum in another
+ *     order, and 1/3 is inexact);
+ *   - one AdamW step (eps 1e-3, so an update is smooth in its gradient):
+ *     the same global norm (1e-6 relative) and the same parameters (bit for
+ *     bit at world 1, else within 1e-6 + 1e-5 relative);
+ *   - the shard API round-trips m, v and params.
+ * Runs at world 1 alone and at 2 and 3 ranks (tests/mpi/test_zero.sh). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "dist/shard.h"
+#include "model/param_buffers.h"
+#include "tests/check.h"
+#include "tests/fixture_models.h"
+#include "trainer/zero.h"
+
+static float *unit_of(const param_buffers *b, int n_layers, int u) {
+    if (u == 0) return b->embed;
+    if (u <= n_layers) return b->layers[u - 1];
+    return u == n_layers + 1 ? b->final_norm : b->lm_head;
+}
+
+static void run_arch(comm *c, ops_ctx *ctx, dk_arch arch) {
+    const int W = c->world, R = c->rank;
+    model_config mc = fixture_model_config(arch);
+    mc.n_layers = 3;
+    const char *name = model_arch_name(arch);
+    model ref, sh;
+    DK_ASSERT(model_create(&ref, &mc, ctx, 64, MODEL_RECOMPUTE_NONE) == DK_OK);
+    DK_ASSERT(model_create_ex(&sh, &mc, ctx, 64, MODEL_RECOMPUTE_LAYER, 0) == DK_OK);
+    model_init_random(&ref, 5, 0.3f);
+    param_buffers host;
+    param_buffers_alloc_host(&host, &ref.layout, mc.n_layers, mc.tie_embeddings, sizeof(float));
+    param_init_random(&host, &ref.layout, &mc, 5, 0.3f);
+    optim_config oc = {0.9f, 0.95f, 1e-3f, 0.1f, 0.5f};
+    zero z;
+    DK_ASSERT(zero_init(&z, &sh, c, &oc) == DK_OK);
+    zero_load_host(&z, &host);
+    CHECK(z.n_units == mc.n_layers + 2 + !mc.tie_embeddings, "%s: %d units", name, z.n_units);
+
+    for (int u = 0; u < z.n_units; u++) {
+        size_t n, b, e, wb, we;
+        zero_unit_range(&z, u, &n, &b, &e);
+        shard_range(n, W, R, &wb, &we);
+        CHECK(b == wb && e == we, "%s unit %d: range [%zu, %zu) is not shard_range's [%zu, %zu)", name, u, b, e, wb,
+              we);
+        float *got = dk_malloc((e - b + 1) * sizeof(float));
+        zero_shard_get(&z, u, ZERO_MASTER, got);
+        CHECK(!memcmp(got, unit_of(&host, mc.n_layers, u) + b, (e - b) * sizeof(float)),
+              "%s unit %d: the master shard is not the given slice", name, u);
+        free(got);
+    }
+
+    /* Two micro-batches: 2 sequences of 7 and 5 tokens, then 1 of 9. */
+    int32_t tok[16], tgt[16], cu1[3] = {0, 7, 12}, cu2[2] = {0, 9};
+    for (int i = 0; i < 16; i++) {
+        tok[i] = (i * 37 + 11) % mc.vocab_size;
+        tgt[i] = i % 5 == 4 ? -1 : (i * 13 + 3) % mc.vocab_size;
+    }
+    model_batch mb[2] = {{12, 2, tok, NULL, cu1, tgt}, {9, 1, tok + 3, NULL, cu2, tgt + 3}};
+    float dl[16], lp_ref[16], lp_sh[16];
+    model_zero_grad(&ref);
+    model_zero_grad(&sh);
+    for (int k = 0; k < 2; k++) {
+        const int T = mb[k].T;
+        DK_ASSERT(model_forward(&ref, &mb[k], 1.0f) == DK_OK);
+        DK_ASSERT(model_forward(&sh, &mb[k], 1.0f) == DK_OK);
+        memcpy(lp_ref, ref.logprob, T * sizeof(float));
+        memcpy(lp_sh, sh.logprob, T * sizeof(float));
+        CHECK(!memcmp(lp_ref, lp_sh, T * sizeof(float)), "%s micro-batch %d: sharded logprobs differ", name, k);
+        for (int t = 0; t < T; t++) dl[t] = -1.0f;
+        memcpy(ref.dlogprob, dl, T * sizeof(float));
+        model_backward(&ref, ref.dlogprob, NULL);
+        for (int t = 0; t < T; t++) dl[t] = -1.0f / (float)W;
+        memcpy(sh.dlogprob, dl, T * sizeof(float));
+        model_backward(&sh, sh.dlogprob, NULL);
+    }
+    int bad = 0;
+    double worst = 0;
+    for (int u = 0; u < z.n_units; u++) {
+        const float *full = unit_of(&ref.grads, mc.n_layers, u), *g = full + z.u[u].begin;
+        float top = 0;
+        for (size_t i = 0; i < z.u[u].n; i++) top = fmaxf(top, fabsf(full[i]));
+        const float tol = W == 1 ? 0.0f : 1e-5f * top;
+        for (size_t i = 0; i < z.u[u].end - z.u[u].begin; i++) {
+            bad += fabsf(z.u[u].grad[i] - g[i]) > tol;
+            double d = fabs(z.u[u].grad[i] - g[i]) / (top + 1e-30);
+            if (d > worst) worst = d;
+        }
+    }
+    CHECK(bad == 0, "%s: %d gradient shard elements differ from the unsharded gradients (worst %.2e of the unit's largest)", name,
+          bad, worst);
+
+    optim o;
+    optim_init(&o, ctx, &oc, &mc, &ref.params);
+    double n_ref = optim_step(&o, ctx, &ref.params, &ref.grads, 1e-2);
+    double n_sh = zero_step(&z, 1e-2);
+    CHECK(fabs(n_ref - n_sh) <= 1e-6 * n_ref, "%s: grad norm %.9g sharded vs %.9g", name, n_sh, n_ref);
+    param_buffers got;
+    param_buffers_alloc_host(&got, &ref.layout, mc.n_layers, mc.tie_embeddings, sizeof(float));
+    zero_gather_host(&z, &got);
+    bad = 0;
+    worst = 0;
+    for (int u = 0; u < z.n_units; u++) {
+        const float *a = unit_of(&got, mc.n_layers, u), *b = unit_of(&ref.params, mc.n_layers, u);
+        for (size_t i = 0; i < z.u[u].n; i++) {
+            float tol = W == 1 ? 0.0f : 1e-6f + 1e-5f * fabsf(b[i]);
+            bad += fabsf(a[i] - b[i]) > tol;
+            if (fabs(a[i] - b[i]) > worst) worst = fabs(a[i] - b[i]);
+        }
+    }
+    CHECK(bad == 0, "%s: %d parameters differ after one AdamW step (worst %.2e)", name, bad, worst);
+    CHECK(zero_step_count(&z) == 1, "%s: step count %d", name, zero_step_count(&z));
+
+    /* The shard API round-trips, and a set param is what the next gather sees. */
+    for (int u = 0; u < z.n_units; u++) {
+        size_t n, b, e;
+        zero_unit_range(&z, u, &n, &b, &e);
+        float *x = dk_malloc((e - b + 1) * sizeof(float)), *y = dk_malloc((e - b + 1) * sizeof(float));
+        for (size_t i = 0; i < e - b; i++) x[i] = (float)(u * 1000 + (b + i) % 997) * 0.001f;
+        zero_field fs[3] = {ZERO_M, ZERO_V, ZERO_PARAM};
+        for (int f = 0; f < 3; f++) {
+            zero_shard_set(&z, u, fs[f], x);
+            zero_shard_get(&z, u, fs[f], y);
+            CHECK(!memcmp(x, y, (e - b) * sizeof(float)), "%s unit %d field %d: set then get differs", name, u, f);
+        }
+        free(x);
+        free(y);
+    }
+    zero_gather_host(&z, &got);
+    bad = 0;
+    for (int u = 0; u < z.n_units; u++) {
+        const float *a = unit_of(&got, mc.n_layers, u);
+        for (size_t i = 0; i < z.u[u].n; i++) bad += a[i] != (float)(u * 1000 + i % 997) * 0.001f;
+    }
+    CHECK(bad == 0, "%s: %d gathered parameters are not the ones every rank set", name, bad);
+
+    param_buffers_free_host(&got);
+    param_buffers_free_host(&host);
+    optim_free(&o, ctx);
+    zero_free(&z);
+    model_free(&sh);
+    model_free(&ref);
+}
+
+int main(int argc, char **argv) {
+    comm_launch(&argc, &argv);
+    ops_ctx ctx;
+    DK_ASSERT(ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, 1 << 20) == DK_OK);
+    comm c;
+    DK_ASSERT(comm_open(&c, &ctx, COMM_MPI, 60) == DK_OK);
+    run_arch(&c, &ctx, DK_ARCH_QWEN3);
+    run_arch(&c, &ctx, DK_ARCH_QWEN2);
+    printf("rank %d of %d: ", c.rank, c.world);
+    comm_close(&c);
+    ops_ctx_free(&ctx);
+    int rc = check_report();
+    comm_finish();
+    return rc;
+}
