@@ -15,6 +15,7 @@ typedef struct {
     double wait_s;       /* for a whole batch; past it the rest count as timeouts */
     kg_reward_config reward;
     const char *device;  /* "cpu" | "cuda" | NULL (the worker's) */
+    int feedback_max_tokens; /* the feedback text is cut to this (env/feedback_hint.h); 0: no limit */
 } rl_kg_config;
 
 /* Connects to the KernelGym Redis at url. When it cannot be reached, the env

@@ -55,6 +55,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg) {
     kc.reward.speedup_cap = cfg->rl.speedup_cap;
     kc.reward.hack_penalty = cfg->rl.hack_penalty;
     kc.device = device;
+    kc.feedback_max_tokens = cfg->rl.feedback_max_tokens;
     s->env = rl_env_kernelgym_new(url, &kc);
     return DK_OK;
 }

@@ -74,6 +74,7 @@ int main(void) {
     kc.timeout_s = 4;
     kc.wait_s = 240;
     kc.device = "cpu";
+    kc.feedback_max_tokens = 0;
     kg_reward_config_default(&kc.reward, KG_REWARD_PROFILE);
     rl_env *env = rl_env_kernelgym_new(fleet.url, &kc);
     rl_turn_result res[4];
