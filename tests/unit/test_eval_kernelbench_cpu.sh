@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # configs/eval-kernelbench-l2.ini end to end on the CPU: a tiny random model
-# (no checkpoint) over the bundled KernelBench-format level folder
+# (model.path emptied, no checkpoint) over the bundled KernelBench-format level folder
 # tests/fixtures/tasks/level2, judged by a private KernelGym fleet through the
 # Triton interpreter. The model answers nothing useful, so Fast@p is 0; what
 # is checked is the table's shape (the fast@p rows, one column per turn and
@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 tasks=tests/fixtures/tasks/level2
 "$train" configs/eval-kernelbench-l2.ini run.device=cpu kernelgym.device=cpu kernelgym.timeout_s=120 \
     data.tasks="$tasks" data.max_length=2048 rl.max_new_tokens=16 rl.max_turns=2 train.batch_size=4 \
-    model.arch=qwen3 model.vocab_size=512 model.hidden_size=64 model.intermediate_size=128 model.n_layers=2 \
+    model.path= model.arch=qwen3 model.vocab_size=512 model.hidden_size=64 model.intermediate_size=128 model.n_layers=2 \
     model.n_heads=4 model.n_kv_heads=2 model.head_dim=16 model.max_position=2048 \
     tokenizer.path=tests/fixtures/tokenizers/bpe/tokenizer.json run.dir="$tmp/eval" > "$tmp/eval.log" 2>&1 \
     || { tail -30 "$tmp/eval.log"; exit 1; }
