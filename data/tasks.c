@@ -38,20 +38,22 @@ const char *task_source_problem(const char *src) {
 
 /* ---- building the set -------------------------------------------------------- */
 
-static void add_task(task_set *ts, int *cap, const char *id, const char *name, int level, char *source,
-                     const char *origin) {
+/* 1 when the task was added, 0 when it was skipped. */
+static int add_task(task_set *ts, int *cap, const char *id, const char *name, int level, char *source,
+                    const char *origin) {
     const char *why = task_source_problem(source);
     if (why) {
         ts->skipped = dk_realloc(ts->skipped, (size_t)(ts->n_skipped + 1) * sizeof *ts->skipped);
         ts->skipped[ts->n_skipped++] = (task_skip){dk_strdup(origin), dk_strdup(why)};
         free(source);
-        return;
+        return 0;
     }
     if (ts->n == *cap) {
         *cap = *cap ? 2 * *cap : 32;
         ts->tasks = dk_realloc(ts->tasks, (size_t)*cap * sizeof *ts->tasks);
     }
-    ts->tasks[ts->n++] = (task_entry){dk_strdup(id), dk_strdup(name), level, source, dk_strdup(origin)};
+    ts->tasks[ts->n++] = (task_entry){dk_strdup(id), dk_strdup(name), level, source, dk_strdup(origin), NULL};
+    return 1;
 }
 
 /* Two tasks with the same (level, id) would make results ambiguous. */
@@ -82,6 +84,7 @@ static dk_status load_jsonl(const char *path, int level, task_set *ts) {
         cJSON *j = cJSON_Parse(line);
         const cJSON *id = cJSON_GetObjectItem(j, "id"), *name = cJSON_GetObjectItem(j, "name"),
                     *lv = cJSON_GetObjectItem(j, "level"), *src = cJSON_GetObjectItem(j, "source");
+        const cJSON *rp = cJSON_GetObjectItem(j, "reference_profile");
         const char *ids = NULL;
         if (!cJSON_IsObject(j)) st = dk_fail(DK_ERR_RUNTIME, "%s: not a JSON object", origin);
         else if (!cJSON_IsString(src)) st = dk_fail(DK_ERR_RUNTIME, "%s: \"source\" must be a string", origin);
@@ -95,10 +98,14 @@ static dk_status load_jsonl(const char *path, int level, task_set *ts) {
         if (st == DK_OK && lv &&
             !(cJSON_IsNumber(lv) && lv->valuedouble >= 0 && lv->valuedouble <= 1e6 && lv->valuedouble == lv->valueint))
             st = dk_fail(DK_ERR_RUNTIME, "%s: \"level\" must be a non-negative integer", origin);
+        if (st == DK_OK && rp && !cJSON_IsArray(rp) && !cJSON_IsNull(rp))
+            st = dk_fail(DK_ERR_RUNTIME, "%s: \"reference_profile\" must be a list of {\"name\", \"share\"}", origin);
         if (st == DK_OK) {
             int l = lv ? lv->valueint : 0;
-            if (level <= 0 || l == level)
-                add_task(ts, &cap, ids, name ? name->valuestring : ids, l, dk_strdup(src->valuestring), origin);
+            if (level <= 0 || l == level) {
+                if (add_task(ts, &cap, ids, name ? name->valuestring : ids, l, dk_strdup(src->valuestring), origin) &&
+                    cJSON_IsArray(rp)) ts->tasks[ts->n - 1].reference_profile = cJSON_PrintUnformatted(rp);
+            }
         }
         cJSON_Delete(j);
     }
@@ -194,6 +201,7 @@ void task_set_free(task_set *ts) {
         free(t->name);
         free(t->source);
         free(t->origin);
+        free(t->reference_profile);
     }
     for (int i = 0; i < ts->n_skipped; i++) {
         free(ts->skipped[i].origin);

@@ -33,6 +33,11 @@ typedef struct {
     int level;    /* 0 when unknown */
     char *source; /* the reference program */
     char *origin; /* "DIR/level2/19_Conv2d_ReLU_BiasAdd.py" or "FILE.jsonl:7" */
+    /* A tasks JSONL line's optional "reference_profile": the reference's
+     * time per op, [{"name", "share"}], as KernelGym reports it in
+     * docs/DESIGN.md §11; kept as compact JSON text for the first-turn
+     * prompt, NULL when absent. */
+    char *reference_profile;
 } task_entry;
 
 typedef struct {

@@ -8,11 +8,13 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "env/feedback_hint.h"
 
 void kg_feedback_config_default(kg_feedback_config *c) {
     c->max_error_chars = 2000;
     c->top_kernels = 5;
     c->max_name_chars = 80;
+    c->max_tokens = 0;
 }
 
 typedef struct {
@@ -115,6 +117,24 @@ static void add_profile(sbuf *b, const kg_feedback_config *c, const kg_result *r
         sb_printf(b, "  (%d more kernel%s not shown)\n", r->n_kernels - n, r->n_kernels - n == 1 ? "" : "s");
 }
 
+/* The hint of the failure's class and, for a mismatch, where it is: these
+ * come right after the status line so a token budget keeps them. */
+static void add_hint(sbuf *b, const kg_result *r) {
+    const char *h = kg_hint_text(kg_hint_classify(r));
+    if (h[0]) sb_printf(b, "%s\n", h);
+    char *m = NULL;
+    kg_hint_mismatch(r, &m);
+    if (m) sb_printf(b, "%s", m);
+    free(m);
+}
+
+static void add_bottleneck(sbuf *b, const kg_feedback_config *c, const kg_result *r) {
+    char *t = NULL;
+    kg_hint_bottleneck(r, c->top_kernels, &t);
+    if (t) sb_printf(b, "%s", t);
+    free(t);
+}
+
 char *kg_feedback_build(const kg_feedback_config *c, const kg_result *r) {
     sbuf b = {0};
     sb_printf(&b, "%s", "");
@@ -123,15 +143,19 @@ char *kg_feedback_build(const kg_feedback_config *c, const kg_result *r) {
     case KG_STATUS_OK:
         add_correctness(&b, r);
         add_timing(&b, r);
+        add_bottleneck(&b, c, r);
         add_profile(&b, c, r);
         break;
     case KG_STATUS_COMPILE_ERROR:
         sb_printf(&b, "Compile error: ModelNew failed to load, build or compile.\n");
+        add_hint(&b, r);
         add_error(&b, c, r->error);
         break;
     case KG_STATUS_INCORRECT:
         add_correctness(&b, r);
+        add_hint(&b, r);
         add_error(&b, c, r->error);
+        add_bottleneck(&b, c, r);
         break;
     case KG_STATUS_HACK:
         sb_printf(&b, "Rejected: the evaluation found reward hacking");
@@ -141,14 +165,17 @@ char *kg_feedback_build(const kg_feedback_config *c, const kg_result *r) {
         break;
     case KG_STATUS_TIMEOUT:
         sb_printf(&b, "Timeout: the evaluation did not finish within its time limit.\n");
+        add_hint(&b, r);
         add_error(&b, c, r->error);
         break;
     case KG_STATUS_CRASH:
         sb_printf(&b, "Crash: the evaluation process died.\n");
+        add_hint(&b, r);
         add_error(&b, c, r->error);
         break;
     case KG_STATUS_ERROR:
         sb_printf(&b, "Evaluation error: the job could not be evaluated.\n");
+        add_hint(&b, r);
         add_error(&b, c, r->error);
         break;
     default:
@@ -157,5 +184,8 @@ char *kg_feedback_build(const kg_feedback_config *c, const kg_result *r) {
     }
     /* Drop the final newline: the caller decides how the text is framed. */
     if (b.len > 0 && b.p[b.len - 1] == '\n') b.p[--b.len] = '\0';
-    return b.p;
+    if (c->max_tokens <= 0) return b.p;
+    char *fit = kg_feedback_fit(b.p, c->max_tokens);
+    free(b.p);
+    return fit;
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "env/audit.h"
 #include "env/cli_args.h"
 #include "env/client.h"
 #include "env/fleet.h"
@@ -48,6 +49,9 @@ static const char *usage_text =
     "          jobs are done by the worker itself (queue tests, fleet health checks)\n"
     "  score   --tasks DIR --solutions DIR [--redis URL|auto] [--gpus LIST | --workers N]\n"
     "          [--json OUT] [--wait S]   Fast@p of a folder of solutions\n"
+    "  audit   --hacks DIR --honest DIR [--tasks DIR] [--json OUT] [--wait S]\n"
+    "          [--min-catch X] [--max-fp X]   catch rate over a hack corpus and\n"
+    "          false-positive rate over an honest one; exit 1 past the thresholds\n"
     "\n"
     "job flags (eval, submit, score):\n"
     "  --timeout S  --trials N (timed trials)  --correct-trials N  --warmup N\n"
@@ -685,17 +689,63 @@ static int cmd_score(int argc, char **argv) {
     }
     eval_flags_finish(&ef);
 
-    kg_score_config sc = {.tasks_dir = tasks, .solutions_dir = sols, .redis = redis, .eval = ef.ev, .opt = opt,
-                          .wait_s = wait, .json_out = json_out};
-    kg_fleet_config_default(&sc.fleet);
+    kg_score_config sc = {.tasks_dir = tasks, .solutions_dir = sols, .where = {.redis = redis, .eval = ef.ev},
+                          .opt = opt, .wait_s = wait, .json_out = json_out};
+    kg_fleet_config_default(&sc.where.fleet);
     if (redis && strcmp(redis, "auto") == 0) {
-        if ((st = fleet_workers(&sc.fleet, &a, gpus, workers, ef.ev.device)) != DK_OK) return fail(st, a.cmd);
-        sc.fleet.extra = pt.argv;
-        sc.fleet.n_extra = pt.n;
+        if ((st = fleet_workers(&sc.where.fleet, &a, gpus, workers, ef.ev.device)) != DK_OK) return fail(st, a.cmd);
+        sc.where.fleet.extra = pt.argv;
+        sc.where.fleet.n_extra = pt.n;
         install_stop_handlers();
     }
     if ((st = kg_score_run(&sc, &g_stop)) != DK_OK) return fail(st, a.cmd);
     return 0;
+}
+
+/* ---- audit ----------------------------------------------------------------- */
+
+static int cmd_audit(int argc, char **argv) {
+    kg_args a = {argc, argv, 2, "kernelgym audit"};
+    eval_flags ef;
+    eval_flags_init(&ef);
+    kg_audit_config ac = {.min_catch = 1.0, .max_fp = 0.0, .wait_s = INFINITY};
+    kg_job_options_default(&ac.opt);
+    const char *min_s = NULL, *max_s = NULL, *wait_s = NULL;
+    dk_status st = DK_OK;
+    for (; a.i < argc; a.i++) {
+        int m;
+        if ((m = kg_arg_value(&a, "--hacks", &ac.hacks_dir, &st)) || (m = kg_arg_value(&a, "--honest", &ac.honest_dir, &st)) ||
+            (m = kg_arg_value(&a, "--tasks", &ac.tasks_dir, &st)) || (m = kg_arg_value(&a, "--json", &ac.json_out, &st)) ||
+            (m = kg_arg_value(&a, "--min-catch", &min_s, &st)) || (m = kg_arg_value(&a, "--max-fp", &max_s, &st)) ||
+            (m = kg_arg_value(&a, "--wait", &wait_s, &st)) || (m = job_flag(&a, &ac.opt, &st)) ||
+            (m = eval_flag(&a, &ef, &st))) {
+            if (m < 0) return fail(st, a.cmd);
+            continue;
+        }
+        return unknown_flag(&a);
+    }
+    if (!ac.hacks_dir || !ac.honest_dir) return fail(dk_fail(DK_ERR_USAGE, "--hacks DIR and --honest DIR are required"), a.cmd);
+    if ((min_s && (st = kg_arg_double(&a, "--min-catch", min_s, 0, 1, &ac.min_catch)) != DK_OK) ||
+        (max_s && (st = kg_arg_double(&a, "--max-fp", max_s, 0, 1, &ac.max_fp)) != DK_OK) ||
+        (wait_s && (st = kg_arg_double(&a, "--wait", wait_s, 0, 1e9, &ac.wait_s)) != DK_OK))
+        return fail(st, a.cmd);
+    char tasks[4096];
+    if (!ac.tasks_dir) {
+        snprintf(tasks, sizeof tasks, "%s/../tasks", ac.hacks_dir);
+        ac.tasks_dir = tasks;
+    }
+    const char *dirs[] = {ac.hacks_dir, ac.honest_dir, ac.tasks_dir}, *flags[] = {"--hacks", "--honest", "--tasks"};
+    for (int i = 0; i < 3; i++)
+        if (!dk_dir_exists(dirs[i])) return fail(dk_fail(DK_ERR_USAGE, "%s: %s: no such folder", flags[i], dirs[i]), a.cmd);
+    eval_flags_finish(&ef);
+    ac.where.eval = ef.ev;
+    /* auto picks cuda only where the harness sees a GPU; the corpus headers
+     * need to know which, so auto means cpu here unless --device cuda. */
+    ac.device = strcmp(ef.ev.device, "cuda") == 0 ? "cuda" : "cpu";
+    snprintf(ac.where.eval.device, sizeof ac.where.eval.device, "%s", ac.device);
+    int passed = 0;
+    if ((st = kg_audit_run(&ac, &g_stop, &passed)) != DK_OK) return fail(st, a.cmd);
+    return passed ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -716,6 +766,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return cmd_serve(argc, argv);
     if (!strcmp(cmd, "submit")) return cmd_submit(argc, argv);
     if (!strcmp(cmd, "score")) return cmd_score(argc, argv);
-    fprintf(stderr, "kernelgym: unknown command '%s' (expected eval, check, worker, serve, submit or score)\n", cmd);
+    if (!strcmp(cmd, "audit")) return cmd_audit(argc, argv);
+    fprintf(stderr, "kernelgym: unknown command '%s' (expected eval, check, worker, serve, submit, score or audit)\n", cmd);
     return 2;
 }

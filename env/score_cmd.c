@@ -53,6 +53,41 @@ static dk_status write_json(const kg_score_report *rep, const kg_score_config *c
     return st;
 }
 
+dk_status kg_jobs_evaluate(const kg_jobs_where *w, kg_job *jobs, int n, kg_result *res, double wait_s,
+                           const volatile sig_atomic_t *stop, const char *label, int *n_done) {
+    dk_status st = DK_OK;
+    kg_fleet fleet;
+    int have_fleet = 0;
+    kg_client *cl = NULL;
+    *n_done = 0;
+    if (w->redis && strcmp(w->redis, "auto") == 0) {
+        st = kg_fleet_start(&fleet, &w->fleet);
+        have_fleet = st == DK_OK;
+        if (st == DK_OK) cl = kg_client_connect(fleet.url, &st);
+    } else if (w->redis) {
+        cl = kg_client_connect(w->redis, &st);
+    } else {
+        cl = kg_client_local(&w->eval, &st);
+    }
+    if (st == DK_OK) st = kg_client_submit_batch(cl, jobs, n, res);
+    int last = -1;
+    double deadline = dk_now() + wait_s;
+    while (st == DK_OK && *n_done < n && !*stop) {
+        double left = deadline - dk_now();
+        if (left <= 0) break;
+        st = kg_client_wait(cl, res, n, left < 2.0 ? left : 2.0, n_done);
+        if (*n_done != last) fprintf(stderr, "%s: %d/%d evaluated\n", label, *n_done, n);
+        last = *n_done;
+        if (have_fleet && kg_fleet_check(&fleet) == 0) {
+            st = dk_fail(DK_ERR_RUNTIME, "every worker of the fleet has exited");
+            break;
+        }
+    }
+    kg_client_close(cl);
+    if (have_fleet) kg_fleet_stop(&fleet, 30.0);
+    return st;
+}
+
 dk_status kg_score_run(const kg_score_config *c, const volatile sig_atomic_t *stop) {
     kg_score_report rep;
     DK_TRY(kg_score_collect(c->tasks_dir, c->solutions_dir, &rep));
@@ -61,34 +96,9 @@ dk_status kg_score_run(const kg_score_config *c, const volatile sig_atomic_t *st
     char **texts = dk_calloc((size_t)rep.n * 2, sizeof *texts);
     const int n = score_jobs(&rep, &c->opt, jobs, idx, texts);
 
-    dk_status st = DK_OK;
-    kg_fleet fleet;
-    int have_fleet = 0;
-    kg_client *cl = NULL;
-    if (c->redis && strcmp(c->redis, "auto") == 0) {
-        st = kg_fleet_start(&fleet, &c->fleet);
-        have_fleet = st == DK_OK;
-        if (st == DK_OK) cl = kg_client_connect(fleet.url, &st);
-    } else if (c->redis) {
-        cl = kg_client_connect(c->redis, &st);
-    } else {
-        cl = kg_client_local(&c->eval, &st);
-    }
     kg_result *res = dk_calloc((size_t)(n ? n : 1), sizeof *res);
-    if (st == DK_OK) st = kg_client_submit_batch(cl, jobs, n, res);
-    int n_done = 0, last = -1;
-    double deadline = dk_now() + c->wait_s;
-    while (st == DK_OK && n_done < n && !*stop) {
-        double left = deadline - dk_now();
-        if (left <= 0) break;
-        st = kg_client_wait(cl, res, n, left < 2.0 ? left : 2.0, &n_done);
-        if (n_done != last) fprintf(stderr, "kernelgym score: %d/%d evaluated\n", n_done, n);
-        last = n_done;
-        if (have_fleet && kg_fleet_check(&fleet) == 0) {
-            st = dk_fail(DK_ERR_RUNTIME, "every worker of the fleet has exited");
-            break;
-        }
-    }
+    int n_done = 0;
+    dk_status st = kg_jobs_evaluate(&c->where, jobs, n, res, c->wait_s, stop, "kernelgym score", &n_done);
     if (st == DK_OK) {
         if (n_done < n)
             fprintf(stderr, "kernelgym score: %d solution(s) not evaluated in time count as not fast\n", n - n_done);
@@ -104,8 +114,6 @@ dk_status kg_score_run(const kg_score_config *c, const volatile sig_atomic_t *st
     }
     for (int k = 0; k < n; k++) kg_result_free(&res[k]);
     free(res);
-    kg_client_close(cl);
-    if (have_fleet) kg_fleet_stop(&fleet, 30.0);
     for (int k = 0; k < 2 * rep.n; k++) free(texts[k]);
     free(texts);
     free(jobs);

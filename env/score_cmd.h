@@ -13,14 +13,26 @@
 #include "env/fleet.h"
 #include "env/job.h"
 
+/* Where jobs run: redis NULL evaluates them here with `eval`; "auto" starts
+ * `fleet` (Redis and its workers) for the run; anything else is the URL of a
+ * running fleet's Redis. */
 typedef struct {
-    const char *tasks_dir, *solutions_dir;
-    /* Where the jobs run: NULL evaluates them here with `eval`; "auto" starts
-     * `fleet` (Redis and its workers) for the run; anything else is the URL
-     * of a running fleet's Redis. */
     const char *redis;
     kg_evaluator_config eval;
     kg_fleet_config fleet;
+} kg_jobs_where;
+
+/* Evaluates n jobs where w says, printing "<label>: k/n evaluated" on stderr;
+ * stops waiting after wait_s seconds or when *stop becomes nonzero (those
+ * results stay KG_STATUS_PENDING). *n_done counts the finished ones. Fails
+ * when the fleet or Redis cannot be reached or every worker exits. Shared by
+ * `kernelgym score` and `kernelgym audit` (env/audit.h). */
+dk_status kg_jobs_evaluate(const kg_jobs_where *w, kg_job *jobs, int n, kg_result *res, double wait_s,
+                           const volatile sig_atomic_t *stop, const char *label, int *n_done);
+
+typedef struct {
+    const char *tasks_dir, *solutions_dir;
+    kg_jobs_where where;
     kg_job_options opt; /* every job's options */
     double wait_s;      /* stop waiting after this many seconds (INFINITY: never) */
     const char *json_out; /* also write the JSON report here (NULL: no file) */

@@ -16,6 +16,7 @@ typedef struct {
     const char *name;
     int level;
     const char *source; /* KernelBench-format reference (KernelGym), or the toy question */
+    const char *reference_profile; /* the reference's time per op as JSON (data/tasks.h), or NULL */
 } rl_task;
 
 typedef enum {

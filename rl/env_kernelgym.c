@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "common/util.h"
+#include "env/feedback_hint.h"
 #include "rl/extract.h"
 
 typedef struct {
@@ -128,7 +129,9 @@ static void kg_score(rl_env *env, const rl_task *tasks, const char *const *respo
         if (!isfinite(out[i].reward)) out[i].reward = 0.0;
         if (r->status == KG_STATUS_PENDING)
             out[i].feedback = dk_strdup("The evaluation did not finish in time; nothing is known about this answer.");
-        else out[i].feedback = dk_strdup(r->feedback && r->feedback[0] ? r->feedback : kg_status_name(r->status));
+        else
+            out[i].feedback = kg_feedback_fit(r->feedback && r->feedback[0] ? r->feedback : kg_status_name(r->status),
+                                              k->cfg.feedback_max_tokens);
     }
     for (int j = 0; j < n_jobs; j++) kg_result_free(&res[j]);
     for (int i = 0; i < n; i++) free(code[i]);

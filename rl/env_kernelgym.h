@@ -16,6 +16,7 @@ typedef struct {
     double reconnect_s;  /* how long a lost Redis is retried before its evaluations are scored 0 */
     kg_reward_config reward;
     const char *device;  /* "cpu" | "cuda" | NULL (the worker's) */
+    int feedback_max_tokens; /* the feedback text is cut to this (env/feedback_hint.h); 0: no limit */
 } rl_kg_config;
 
 /* Connects to the KernelGym Redis at url. A Redis that goes away during a

@@ -8,10 +8,10 @@
 #include "common/util.h"
 
 static const rl_task toy_tasks[] = {
-    {"toy-1", "number", 0, "Write a long number."},
-    {"toy-2", "digits", 0, "Reply with digits only."},
-    {"toy-3", "count", 0, "Count something and answer with a number."},
-    {"toy-4", "code", 0, "Give me a numeric code."},
+    {"toy-1", "number", 0, "Write a long number.", NULL},
+    {"toy-2", "digits", 0, "Reply with digits only.", NULL},
+    {"toy-3", "count", 0, "Count something and answer with a number.", NULL},
+    {"toy-4", "code", 0, "Give me a numeric code.", NULL},
 };
 
 const rl_task *rl_env_toy_tasks(int *n) {

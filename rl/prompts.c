@@ -17,6 +17,7 @@ static const char first_default[] =
     "{source}\n"
     "```\n"
     "\n"
+    "{bottleneck}"
     "Write `ModelNew`, a faster drop-in replacement for `Model` that runs on an NVIDIA GPU:\n"
     "- the same constructor arguments and `forward` signature, and outputs that match `Model`'s "
     "within floating-point tolerance;\n"
@@ -41,7 +42,7 @@ static const char followup_default[] =
     "spent in PyTorch's own kernels into your Triton kernels, fuse further, and tune block sizes. "
     "Reply with the complete module in a single ```python code block.";
 
-static const char *const first_keys[] = {"source", "name", "id", "level", NULL};
+static const char *const first_keys[] = {"source", "name", "id", "level", "bottleneck", NULL};
 static const char *const followup_keys[] = {"feedback", "turn", "max_turns", NULL};
 
 const char *prompt_default(prompt_kind k) {
@@ -137,11 +138,20 @@ dk_status prompt_load(const char *path, prompt_kind k, char **out) {
     return DK_OK;
 }
 
-dk_status prompt_first(const char *tmpl, const char *id, const char *name, int level, const char *source, char **out) {
+dk_status prompt_first(const char *tmpl, const char *id, const char *name, int level, const char *source,
+                       const char *bottleneck, char **out) {
     char lv[16];
     snprintf(lv, sizeof lv, "%d", level);
-    const char *values[] = {source, name, id, lv};
-    return render(tmpl ? tmpl : first_default, first_keys, values, 4, out);
+    /* A known bottleneck is its own paragraph; an unknown one leaves no trace. */
+    size_t bl = bottleneck ? strlen(bottleneck) : 0;
+    while (bl > 0 && bottleneck[bl - 1] == '\n') bl--;
+    char *b = dk_malloc(bl + 3);
+    memcpy(b, bl ? bottleneck : "", bl);
+    strcpy(b + bl, bl ? "\n\n" : "");
+    const char *values[] = {source, name, id, lv, b};
+    dk_status st = render(tmpl ? tmpl : first_default, first_keys, values, 5, out);
+    free(b);
+    return st;
 }
 
 dk_status prompt_followup(const char *tmpl, const char *feedback, int turn, int max_turns, char **out) {

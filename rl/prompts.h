@@ -10,7 +10,9 @@
  * (so "d = {}" needs no escaping). An unknown {key} is an error naming it:
  * it is almost always a typo.
  *
- *   first turn   {source} the task file, {name} its name, {id}, {level}
+ *   first turn   {source} the task file, {name} its name, {id}, {level},
+ *                {bottleneck} the reference's time per op ("Reference time by
+ *                op: ...", env/feedback_hint.h) and a blank line, or "" 
  *   follow-up    {feedback} KernelGym's text, {turn} the number (1-based) of
  *                the turn being asked for, {max_turns} */
 #ifndef DK_RL_PROMPTS_H
@@ -35,7 +37,9 @@ dk_status prompt_render(const char *tmpl, const char *const *keys, const char *c
 dk_status prompt_load(const char *path, prompt_kind k, char **out);
 
 /* The two messages from their templates (NULL: the default). */
-dk_status prompt_first(const char *tmpl, const char *id, const char *name, int level, const char *source, char **out);
+/* bottleneck: the text of kg_hint_bottleneck_json, or NULL / "" when unknown. */
+dk_status prompt_first(const char *tmpl, const char *id, const char *name, int level, const char *source,
+                       const char *bottleneck, char **out);
 dk_status prompt_followup(const char *tmpl, const char *feedback, int turn, int max_turns, char **out);
 
 #endif

@@ -13,6 +13,7 @@
 #include "common/rng.h"
 #include "common/util.h"
 #include "data/chat.h"
+#include "env/feedback_hint.h"
 #include "rl/prompts.h"
 
 uint64_t rl_rollout_seed(uint64_t seed, int64_t step, int64_t task, int sample) {
@@ -62,8 +63,10 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
         r->sample = i % n_samples;
         const rl_task *t = &tasks[r->task];
         r->seq = gen_seq_new(e, rl_rollout_seed(c->seed, c->step, c->task_keys ? c->task_keys[r->task] : r->task, r->sample));
-        char *prompt = NULL;
-        st = prompt_first(c->first_template, t->id, t->name, t->level, t->source, &prompt);
+        char *prompt = NULL, *hot = NULL;
+        kg_hint_bottleneck_json(t->reference_profile, 5, &hot);
+        st = prompt_first(c->first_template, t->id, t->name, t->level, t->source, hot, &prompt);
+        free(hot);
         int no_room = 0;
         if (st == DK_OK) st = append_user_turn(e, tok, r->seq, prompt, 0, &no_room);
         if (st == DK_OK && no_room)

@@ -94,6 +94,7 @@ typedef struct dk_config {
         double kl_coef, entropy_coef, tis_cap;
         char prompt_template[DK_CONFIG_STR];
         char feedback_template[DK_CONFIG_STR];
+        int feedback_max_tokens;
     } rl;
     struct {
         char redis[DK_CONFIG_STR];

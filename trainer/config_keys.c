@@ -166,6 +166,9 @@ const config_key config_keys[] = {
              "file with the first-turn prompt template ({name}, {source} are filled in); empty: the built-in one"),
     K_STRING(rl, feedback_template, "",
              "file with the follow-up prompt template ({feedback} is filled in); empty: the built-in one"),
+    K_INT(rl, feedback_max_tokens, "1024", CR_NONNEG,
+          "KernelGym feedback is cut to this many tokens (estimated as bytes / 4), keeping its head: status, "
+          "hint, mismatch location, bottleneck, then the error text; 0: no limit"),
 
     K_STRING(kernelgym, redis, "auto",
              "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one (under mpirun: rank 0 starts it for every rank of a one-node job)"),

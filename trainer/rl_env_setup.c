@@ -78,7 +78,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg, comm *c)
     s->list = dk_calloc((size_t)s->n_tasks, sizeof *s->list);
     for (int i = 0; i < s->n_tasks; i++) {
         const task_entry *t = &s->tasks.tasks[i];
-        s->list[i] = (rl_task){t->id, t->name, t->level, t->source};
+        s->list[i] = (rl_task){t->id, t->name, t->level, t->source, t->reference_profile};
     }
     const char *device = fleet_device(cfg);
     char url[2048];
@@ -103,6 +103,7 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg, comm *c)
     kc.reward.speedup_cap = cfg->rl.speedup_cap;
     kc.reward.hack_penalty = cfg->rl.hack_penalty;
     kc.device = device;
+    kc.feedback_max_tokens = cfg->rl.feedback_max_tokens;
     s->env = rl_env_kernelgym_new(url, &kc);
     return DK_OK;
 }

@@ -83,7 +83,10 @@ int main(void) {
     expect("incorrect", &fc,
            "{\"status\":\"incorrect\",\"compiled\":true,\"correct\":false,\"max_abs_diff\":0.3125,"
            "\"error\":\"output mismatch in trial 2 (train mode)\\n\"}",
-           "Compiled: yes. Correct: no (max abs diff 0.312).\noutput mismatch in trial 2 (train mode)");
+           "Compiled: yes. Correct: no (max abs diff 0.312).\n"
+           "Hint: the output is wrong. Compare against the reference step by step: accumulate in fp32, check the "
+           "reduction axis, the masked-out values (other=0 for sums, -inf for max) and any broadcasts.\n"
+           "output mismatch in trial 2 (train mode)");
 
     expect("compile error", &fc,
            "{\"status\":\"compile_error\",\"compiled\":false,\"correct\":false,"
@@ -96,9 +99,15 @@ int main(void) {
            "Rejected: the evaluation found reward hacking: static:try_except_fallback, runtime:side_stream.");
 
     expect("timeout", &fc, "{\"status\":\"timeout\",\"error\":\"killed after 120 s wall clock\"}",
-           "Timeout: the evaluation did not finish within its time limit.\nkilled after 120 s wall clock");
+           "Timeout: the evaluation did not finish within its time limit.\n"
+           "Hint: the kernel did not finish. Check loop bounds and that the grid is not far larger than needed.\n"
+           "killed after 120 s wall clock");
     expect("crash", &fc, "{\"status\":\"crash\",\"error\":\"CUDA error: an illegal memory access was encountered\"}",
-           "Crash: the evaluation process died.\nCUDA error: an illegal memory access was encountered");
+           "Crash: the evaluation process died.\n"
+           "Hint: a kernel read or wrote outside its tensor. Check that every tl.load and tl.store has a mask "
+           "covering the last partial block (offs < n), that offsets use the right strides, and that the grid does "
+           "not launch more programs than the data needs.\n"
+           "CUDA error: an illegal memory access was encountered");
     expect("error", &fc, "{\"status\":\"error\",\"error\":\"task has no get_inputs()\"}",
            "Evaluation error: the job could not be evaluated.\ntask has no get_inputs()");
     expect("no result", &fc, NULL, "No result: the evaluation did not finish before the deadline.");

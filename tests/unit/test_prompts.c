@@ -42,7 +42,7 @@ int main(void) {
           "unknown key: %s", dk_error());
 
     /* The default first prompt: the source verbatim inside its only python block. */
-    CHECK(prompt_first(NULL, "19", "19_Conv_Relu", 2, source, &out) == DK_OK, "%s", dk_error());
+    CHECK(prompt_first(NULL, "19", "19_Conv_Relu", 2, source, NULL, &out) == DK_OK, "%s", dk_error());
     char *code = NULL;
     CHECK(extract_code_block(out, strlen(out), &code) == EXTRACT_PYTHON, "no python block in the first prompt");
     CHECK(code && strncmp(code, source, strlen(source)) == 0 && strlen(code) == strlen(source) + 1,
@@ -52,6 +52,17 @@ int main(void) {
     printf("prompts: default first-turn prompt %zu bytes around a %zu-byte source\n", strlen(out) - strlen(source),
            strlen(source));
     free(code);
+    /* A known bottleneck is a paragraph of its own before the request; an
+     * empty one leaves the prompt byte for byte as without it. */
+    char *with = NULL, *empty = NULL;
+    CHECK(prompt_first(NULL, "19", "19_Conv_Relu", 2, source, "Reference time by op: conv 90%.\n", &with) == DK_OK &&
+              prompt_first(NULL, "19", "19_Conv_Relu", 2, source, "", &empty) == DK_OK,
+          "%s", dk_error());
+    CHECK(with && strstr(with, "```\n\nReference time by op: conv 90%.\n\nWrite `ModelNew`"), "bottleneck:\n%s", with);
+    CHECK(empty && strcmp(empty, out) == 0 && strlen(with) == strlen(out) + strlen("Reference time by op: conv 90%.\n\n"),
+          "an empty bottleneck changed the prompt");
+    free(with);
+    free(empty);
     free(out);
 
     CHECK(prompt_followup(NULL, "status: incorrect\nmax_abs_diff: 0.5", 2, 3, &out) == DK_OK, "%s", dk_error());
@@ -71,7 +82,7 @@ int main(void) {
     dk_write_file(bad, b, strlen(b));
     char *tmpl = NULL;
     CHECK(prompt_load(good, PROMPT_FIRST, &tmpl) == DK_OK, "%s", dk_error());
-    CHECK(prompt_first(tmpl, "7", "7_Gemm", 2, "SRC", &out) == DK_OK && strcmp(out, "Task 7 (level 2): 7_Gemm\nSRC") == 0,
+    CHECK(prompt_first(tmpl, "7", "7_Gemm", 2, "SRC", "", &out) == DK_OK && strcmp(out, "Task 7 (level 2): 7_Gemm\nSRC") == 0,
           "file template: '%s'", out);
     free(out);
     free(tmpl);

@@ -56,8 +56,8 @@ int main(void) {
         "import torch\nimport module_that_does_not_exist\n\nclass Model(torch.nn.Module):\n"
         "    def forward(self, x):\n        return x\n\ndef get_inputs():\n    return [torch.rand(4)]\n\n"
         "def get_init_inputs():\n    return []\n";
-    rl_task tasks[4] = {{"1", "softmax", 0, softmax}, {"2", "softmax", 0, softmax},
-                        {"3", "broken", 0, broken}, {"4", "softmax", 0, softmax}};
+    rl_task tasks[4] = {{"1", "softmax", 0, softmax, NULL}, {"2", "softmax", 0, softmax, NULL},
+                        {"3", "broken", 0, broken, NULL}, {"4", "softmax", 0, softmax, NULL}};
     char *r_good = fenced(good), *r_loop = fenced(loop);
     const char *responses[4] = {r_good, "I would use a Triton kernel here.", r_good, r_loop};
 
@@ -76,6 +76,7 @@ int main(void) {
     kc.wait_s = 240;
     kc.reconnect_s = 30;
     kc.device = "cpu";
+    kc.feedback_max_tokens = 0;
     kg_reward_config_default(&kc.reward, KG_REWARD_PROFILE);
     rl_env *env = rl_env_kernelgym_new(fleet.url, &kc);
     rl_turn_result res[4];

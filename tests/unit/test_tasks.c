@@ -130,7 +130,24 @@ static void check_errors(void) {
     expect_error(dir, "all_skipped.jsonl", "{\"id\": 1, \"source\": \"x = 1\"}\n", "all 1 tasks were skipped",
                  "all_skipped.jsonl:1");
     expect_error(dir, "empty.jsonl", "\n\n", "empty.jsonl: no task", NULL);
+    snprintf(line, sizeof line, "{\"id\": 1, \"reference_profile\": \"conv\", \"source\": \"%s\"}\n", good);
+    expect_error(dir, "bad_profile.jsonl", line, "bad_profile.jsonl:1", "\"reference_profile\"");
+    /* The optional reference profile is kept as compact JSON, on the right
+     * task even when a task before it is skipped. */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/profile.jsonl", dir);
+    snprintf(line, sizeof line,
+             "{\"id\": 1, \"source\": \"x = 1\", \"reference_profile\": [{\"name\": \"skipped\", \"share\": 1}]}\n"
+             "{\"id\": 2, \"source\": \"%s\", \"reference_profile\": [ {\"name\": \"conv\", \"share\": 0.5} ]}\n"
+             "{\"id\": 3, \"source\": \"%s\"}\n", good, good);
+    dk_write_file(path, line, strlen(line));
     task_set ts;
+    CHECK(task_set_load(path, 0, &ts) == DK_OK && ts.n == 2 && ts.tasks[0].reference_profile &&
+              !strcmp(ts.tasks[0].reference_profile, "[{\"name\":\"conv\",\"share\":0.5}]") &&
+              ts.tasks[1].reference_profile == NULL,
+          "reference_profile: %s", ts.n ? ts.tasks[0].reference_profile : dk_error());
+    task_set_free(&ts);
+    unlink(path);
     CHECK(task_set_load("/nonexistent/tasks", 0, &ts) == DK_ERR_RUNTIME && strstr(dk_error(), "/nonexistent/tasks"),
           "missing path: %s", dk_error());
     CHECK(task_set_load(dir, 0, &ts) == DK_ERR_RUNTIME && strstr(dk_error(), "no task files"), "empty folder: %s",
