@@ -1,8 +1,10 @@
 """Loading task and candidate sources as separate Python modules.
 
-Each source is written into the job's private directory and imported from
-there, so Triton can read a kernel's source (it needs inspect.getsource) and
-tracebacks name real lines.
+Each source is written into the job's private directory, so Triton can read
+a kernel's source (it needs inspect.getsource) and tracebacks name real
+lines, and is compiled from the very text the static checks read: compile()
+of a str ignores any coding declaration, so no declared encoding can make
+Python run other text than the one that was checked.
 """
 
 import importlib.util
@@ -22,7 +24,8 @@ def load_module(name, source, directory):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    code = compile(source, path, "exec", dont_inherit=True)
+    exec(code, module.__dict__)
     return module
 
 

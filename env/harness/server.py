@@ -300,10 +300,23 @@ class Server:
             env["CUDA_VISIBLE_DEVICES"] = self.visible
         return env
 
-    def start_child(self, target, device, gpu, limits):
-        """A sandboxed child calling target(isolation) in a new job directory."""
+    def start_child(self, target, device, gpu, limits, judge=False):
+        """A sandboxed child calling target(isolation) in a new job directory;
+        a judge (see candidate_spec) forks its candidate's process first."""
         workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
-        return sandbox.start(target, limits, workdir, self.child_env(workdir, device, gpu), self.writable_dirs)
+        env = self.child_env(workdir, device, gpu)
+        if judge:
+            return sandbox.start(target, limits, workdir, env, [], candidate=self.candidate_spec(env, device))
+        return sandbox.start(target, limits, workdir, env, self.writable_dirs)
+
+    def candidate_spec(self, env, device):
+        """The candidate's process: the child's environment, and hidden from
+        it the server's caches, job directories and DK_KG_HIDE (a
+        colon-separated list of more directories, e.g. where credentials
+        live)."""
+        hidden = [self.cache_dir, self.tmp_base]
+        hidden += [d for d in os.environ.get("DK_KG_HIDE", "").split(":") if d]
+        return sandbox.CandidateSpec(device, env, hidden)
 
     @staticmethod
     def finish_child(child, next_spare=None):
@@ -314,8 +327,8 @@ class Server:
         finally:
             shutil.rmtree(child.workdir, ignore_errors=True)
 
-    def run_child(self, target, device, gpu, limits):
-        return self.finish_child(self.start_child(target, device, gpu, limits))
+    def run_child(self, target, device, gpu, limits, judge=False):
+        return self.finish_child(self.start_child(target, device, gpu, limits, judge))
 
     @staticmethod
     def limits(opts, device, timeout_s=None):
@@ -362,7 +375,7 @@ class Server:
         checks that a child still gets a working GPU: an import that started
         the CUDA driver in this process would break every later fork."""
         t0 = time.monotonic()
-        out = self.run_child(_warm_job_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S))
+        out = self.run_child(_warm_job_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S), judge=True)
         if out.kind != "message" or out.message.get("status") != "ok":
             why = out.message.get("error") if out.kind == "message" else f"{out.kind}: {out.detail}"
             log(f"the warm-up job failed ({why}); children import their modules themselves")
@@ -425,9 +438,10 @@ class Server:
         """Forks the next job's child now, so that its sandbox and CUDA
         context are ready when that job arrives (DK_KG_PREFORK=1)."""
         workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
+        env = self.child_env(workdir, device, gpu)
         try:
-            return sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir,
-                                       self.child_env(workdir, device, gpu), self.writable_dirs, key)
+            return sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir, env, [], key,
+                                       candidate=self.candidate_spec(env, device))
         except OSError as e:
             shutil.rmtree(workdir, ignore_errors=True)
             log(f"cannot fork a child ahead ({e}); jobs start their own")
@@ -452,7 +466,7 @@ class Server:
                 shutil.rmtree(spare.workdir, ignore_errors=True)
         self.drop_spare()
         if child is None:
-            child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits)
+            child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits, judge=True)
         nxt = self.spawn_spare(key, limits, device, gpu) if self.prefork else None
         out = self.finish_child(child, next_spare=nxt)
         self.spare = nxt

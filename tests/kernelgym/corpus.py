@@ -6,6 +6,8 @@ inputs, with the expectations each file declares in its header comments:
   # kg-expect: REASON           hack reason that must be reported
   # kg-expect-cpu: REASON       ... on the CPU device, when it differs
   # kg-expect-nostatic: REASON  ... when the static layer is switched off
+  # kg-expect-static: REASON    static reason a runtime hack (run with the
+                                static layer off) also gets from that layer
   # kg-expect-status: STATUS    status a fault must end with ("a|b": either)
   # kg-expect-status-gpu: STATUS  ... on the GPU, when it differs
   # kg-options: {...}           job options (JSON)

@@ -1,0 +1,181 @@
+"""The framed messages between the judge and the candidate's process.
+
+A message is a JSON header followed by raw byte blobs:
+
+    b"KGW" + 12-digit header length + header JSON + the blobs
+
+the header's "blobs" field lists the blob lengths in order. Values travel as
+plain data only: None, bool, int, float, str, lists (tuples arrive as
+lists) and tensors. A tensor is described by {"T": blob index, "dtype",
+"shape", "stride", "offset", "type", "ptr"} and its bytes are the whole span
+of storage its view covers, so the judge rebuilds exactly the view the
+candidate returned (strides and storage offset included) from bytes, in a
+plain torch.Tensor of its own: nothing the candidate's process defines (a
+Tensor subclass, a __torch_function__, a re-registered aten op) reaches the
+comparison.
+
+"type" and "ptr" are what the sender says about the object it held (its
+exact class and storage address); the judge treats them as claims to check,
+never as facts.
+"""
+
+import json
+import os
+
+import torch
+
+MAGIC = b"KGW"
+MAX_HEADER = 64 << 20
+MAX_TOTAL = 16 << 30
+
+DTYPES = {str(d): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+    torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+
+
+class WireError(Exception):
+    """A malformed message, or a value that cannot travel."""
+
+
+def _span_bytes(t):
+    """(first byte, byte count) of the storage a view reaches."""
+    if t.numel() == 0:
+        return t.storage_offset() * t.element_size(), 0
+    last = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return t.storage_offset() * t.element_size(), (last - t.storage_offset() + 1) * t.element_size()
+
+
+def encode_value(x, blobs):
+    """x as JSON-able data; tensor bytes are appended to blobs."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        if isinstance(x, float) and x != x:
+            return {"F": "nan"}
+        if isinstance(x, float) and x in (float("inf"), float("-inf")):
+            return {"F": "inf" if x > 0 else "-inf"}
+        return x
+    if isinstance(x, (list, tuple)):
+        return [encode_value(e, blobs) for e in x]
+    if isinstance(x, torch.Tensor):
+        kind = f"{type(x).__module__}.{type(x).__qualname__}"
+        # Read through the base class, whatever the object overrides.
+        with torch._C.DisableTorchFunctionSubclass():
+            t = x.detach()
+        if str(t.dtype) not in DTYPES:
+            raise WireError(f"a tensor of dtype {t.dtype} cannot be returned")
+        start, n = _span_bytes(t)
+        flat = torch.as_strided(t, (n // t.element_size(),), (1,), t.storage_offset()) if n else t.reshape(0)
+        data = flat.contiguous().cpu().view(torch.uint8).numpy().tobytes() if n else b""
+        blobs.append(data)
+        return {"T": len(blobs) - 1, "dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
+                "type": kind, "ptr": t.untyped_storage().data_ptr() if t.numel() else 0,
+                "device": t.device.type}
+    if isinstance(x, dict):
+        raise WireError("a dict cannot be returned (a tensor or a tuple of tensors is expected)")
+    raise WireError(f"a value of type {type(x).__name__} cannot be returned")
+
+
+def decode_value(x, blobs, notes=None):
+    """The value encode_value described, rebuilt in plain tensors on the CPU.
+    notes (a list) collects what the sender claimed about each tensor."""
+    if isinstance(x, list):
+        return [decode_value(e, blobs, notes) for e in x]
+    if isinstance(x, dict):
+        if "F" in x:
+            return float(x["F"])
+        if "T" not in x:
+            raise WireError("a value is neither data nor a tensor")
+        try:
+            dtype = DTYPES[x["dtype"]]
+            shape, stride = [int(s) for s in x["shape"]], [int(s) for s in x["stride"]]
+            data = blobs[int(x["T"])]
+        except (KeyError, ValueError, TypeError, IndexError) as e:
+            raise WireError(f"a tensor description is malformed ({type(e).__name__})")
+        if len(shape) != len(stride) or any(s < 0 for s in shape) or any(s < 0 for s in stride):
+            raise WireError(f"a tensor has shape {shape} and strides {stride}")
+        esize = torch.empty(0, dtype=dtype).element_size()
+        if len(data) % esize:
+            raise WireError("a tensor's bytes are not a whole number of elements")
+        numel = 1
+        for s in shape:
+            numel *= s
+        need = 0 if numel == 0 else 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+        if need * esize > len(data):
+            raise WireError(f"a tensor's view reaches {need} elements but {len(data) // esize} were sent")
+        base = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+        t = torch.as_strided(base.view(dtype), shape, stride, 0) if numel else torch.empty(shape, dtype=dtype)
+        if notes is not None:
+            notes.append({"type": x.get("type"), "ptr": x.get("ptr"), "stride": stride, "shape": shape,
+                          "device": x.get("device")})
+        return t
+    return x
+
+
+def send(fd, header, blobs=()):
+    """Writes one message (header: a JSON-able dict)."""
+    header = dict(header, blobs=[len(b) for b in blobs])
+    head = json.dumps(header, allow_nan=False).encode("utf-8")
+    _write_all(fd, MAGIC + b"%012d" % len(head) + head)
+    for b in blobs:
+        _write_all(fd, b)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd, n):
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 24))
+        if not chunk:
+            raise EOFError("the other side closed the channel")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv(fd):
+    """(header, blobs) of the next message; EOFError when the channel is
+    closed, WireError when the bytes are not a message."""
+    lead = _read_exact(fd, 15)
+    if lead[:3] != MAGIC or not lead[3:].isdigit():
+        raise WireError("the channel carried bytes that are not a message")
+    n = int(lead[3:])
+    if n > MAX_HEADER:
+        raise WireError(f"a message header of {n} bytes is over the limit")
+    try:
+        header = json.loads(_read_exact(fd, n).decode("utf-8"))
+    except ValueError:
+        raise WireError("a message header is not JSON")
+    sizes = header.get("blobs") if isinstance(header, dict) else None
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes) \
+            or sum(sizes) > MAX_TOTAL:
+        raise WireError("a message lists bad blob sizes")
+    return header, [_read_exact(fd, s) for s in sizes]
+
+
+def exact_layout_problem(out, ref):
+    """Why an output leaf's layout is not acceptable, or None: it must be a
+    plain tensor (claimed type torch.Tensor) whose view is dense and
+    non-overlapping, so every element is its own storage (an expanded
+    stride-0 view does not hold its elements)."""
+    if not isinstance(out, torch.Tensor):
+        return None
+    if out.numel() > 1:
+        if any(st == 0 and s > 1 for s, st in zip(out.shape, out.stride())):
+            return f"a view with stride 0 (strides {tuple(out.stride())}): the elements are not stored"
+        if not _non_overlapping_dense(out):
+            return f"strides {tuple(out.stride())} overlap or leave holes for shape {tuple(out.shape)}"
+    return None
+
+
+def _non_overlapping_dense(t):
+    dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s > 1)
+    expect = 1
+    for st, s in dims:
+        if st != expect:
+            return False
+        expect *= s
+    return True
