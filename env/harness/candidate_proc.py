@@ -77,6 +77,7 @@ class Runner:
                 pass
         elif not loader.use_triton_interpreter():
             self.ready_error = "internal: Triton's interpreter could not be switched on in the candidate's process"
+        self.modules_before = set(sys.modules)
         self.counter = guards.LaunchCounter(CANDIDATE_MODULE)
         self.counter.install()
         self.timers = guards.Timers()
@@ -87,6 +88,30 @@ class Runner:
         if not self.counter.intact():
             changed.append("triton JITFunction.run (the launch path)")
         return changed[:10]
+
+    def compiled(self):
+        """What torch's compilers say they did in this process, whatever path
+        reached them (torch.compile, dynamo, Inductor, a graph restored from
+        a cache): the evidence, or []."""
+        seen = []
+        dynamo = sys.modules.get("torch._dynamo.utils")
+        counters = getattr(dynamo, "counters", None) if dynamo else None
+        try:
+            if counters is not None:
+                frames = sum(counters.get("frames", {}).values()) if "frames" in counters else 0
+                graphs = counters.get("stats", {}).get("unique_graphs", 0) if "stats" in counters else 0
+                if frames or graphs:
+                    seen.append(f"dynamo traced {frames} frames, {graphs} graphs")
+        except Exception:
+            seen.append("dynamo's counters are unreadable")
+        metrics = sys.modules.get("torch._inductor.metrics")
+        n = getattr(metrics, "generated_kernel_count", 0) if metrics else 0
+        if isinstance(n, int) and n > 0:
+            seen.append(f"Inductor generated {n} kernels")
+        for name in ("torch._inductor.codecache", "torch._inductor.compile_fx", "torch._functorch.aot_autograd"):
+            if name in sys.modules and name not in self.modules_before:
+                seen.append(f"{name} was loaded")
+        return seen[:5]
 
     def sync(self):
         if self.device_type == "cuda":
@@ -272,6 +297,8 @@ def serve(rfd, wfd, device_type):
         if isinstance(ans, tuple):
             ans, blobs = ans
         ans["ms"] = (time.perf_counter() - t0) * 1000.0
+        if hasattr(runner, "modules_before"):
+            ans["compiled"] = runner.compiled()
         try:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -216,6 +216,9 @@ class Evaluation:
         except remote.CandidateGone as e:
             self.stop("crash", f"{where}: {e}")
         self.patched += [p for p in remote.claimed_list(ans, "patched") if p not in self.patched]
+        compiled = remote.claimed_list(ans, "compiled")
+        if compiled:
+            self.hack("runtime:torch_compile", f"{where}: " + "; ".join(compiled))
         if "raised" in ans:
             self.candidate_raised(ans["raised"], where)
         if "bad_output" in ans:
@@ -336,7 +339,7 @@ class Evaluation:
             self.pool_refs = [self._ref_forward(loader.inputs_from(self.task, s, self.device), "train", s)
                               for s in self.pool_seeds]
             self.ne_seed = fresh_seed()
-            self.ne_ref = self._ref_forward(loader.inputs_from(self.task, self.ne_seed, self.device), "eval",
+            self.ne_ref = self._ref_forward(loader.inputs_from(self.task, self.ne_seed, self.device), "train",
                                             self.ne_seed)
             self.sync()
         except BaseException as e:
@@ -419,13 +422,16 @@ class Evaluation:
 
     def _no_effect(self):
         """With the candidate's Triton launches swallowed, its output must
-        change. Made at a random point of the sequence, with inputs like
-        every other call's."""
-        if not self.res["launches"]["eval"]:
+        change. Made at a random point of the sequence, in the sequence's
+        mode, with inputs drawn like every other call's: no call count, mode
+        or input tells it apart. (A candidate that reads its own launches'
+        effects can still tell; on CUDA the profile's kernel times are the
+        check that does not depend on it.)"""
+        if not self.res["launches"]["train"]:
             return
         try:
-            ans, blobs = self.remote.request({"op": "forward", "input_seed": self.ne_seed, "mode": "eval",
-                                              "seed": self.ne_seed, "swallow": True})
+            ans, blobs = self.remote.request({"op": "forward", "input_seed": self.ne_seed, "mode": "train",
+                                              "seed": self.ne_seed, "buffer": 0, "swallow": True})
         except remote.CandidateGone as e:
             self.stop("crash", f"in a call of the sequence: {e}")
         self.patched += [p for p in remote.claimed_list(ans, "patched") if p not in self.patched]

@@ -8,6 +8,7 @@ Python run other text than the one that was checked.
 """
 
 import importlib.util
+import linecache
 import os
 import sys
 
@@ -21,6 +22,10 @@ def load_module(name, source, directory):
     path = os.path.join(directory, name + ".py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(source)
+    # inspect.getsource (Triton reads its kernels' text through it) goes
+    # through linecache, which would decode the file by its coding
+    # declaration: it is given the checked text itself.
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

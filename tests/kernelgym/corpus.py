@@ -14,6 +14,10 @@ inputs, with the expectations each file declares in its header comments:
   # kg-options-cpu: {...}       extra options on the CPU device
   # kg-gpu-only                 needs a GPU to be caught / to run
   # kg-needs: network|filesystem  isolation the expectation relies on
+  # kg-class: N TEXT            hacks2: the class of hole it attacks
+  # kg-expect-status-cpu: STATUS  hacks2: the status on the CPU device, where
+                                the attack has nothing to gain (no timing)
+  # kg-sequence: plant|victim|killer  hacks2: its part in a run of jobs
 """
 
 import json
@@ -31,7 +35,7 @@ def read(path):
 def meta(source):
     out = {}
     for line in source.splitlines()[:20]:
-        m = re.match(r"#\s*kg-([a-z-]+)(?::\s*(.*))?$", line.strip())
+        m = re.match(r"#\s*kg-([a-z-]+)(?::\s*(.*))?$", line.strip().lstrip("\ufeff"))
         if m:
             out[m.group(1)] = (m.group(2) or "").strip()
     return out
