@@ -15,7 +15,8 @@ over a pair of pipes (env.harness.wire):
            events; the outputs of the timed calls are kept for fetch
   fetch    {call}                  the output of one timed call, as bytes
   profile  {input_seed}            the CUPTI profile of one forward
-  bye
+  release / modules                free the kept outputs / the modules
+                                   imported since the fork (warm-up only)
 
 Everything it says (launch counts, event times, guard findings, the
 exceptions it raised) is a claim: the judge checks outputs from their bytes
@@ -30,7 +31,7 @@ import time
 
 import torch
 
-from env.harness import guards, loader, wire
+from env.harness import guards, loader, timing, wire
 
 TASK_MODULE = "kg_task"
 CANDIDATE_MODULE = "kg_candidate"
@@ -52,6 +53,7 @@ def _raised(e):
 
 class Runner:
     def __init__(self, device_type):
+        self.modules_at_fork = set(sys.modules)
         self.device_type = device_type
         self.device = torch.device("cpu")
         self.held = []
@@ -153,7 +155,7 @@ class Runner:
         inputs = self._inputs(req["input_seed"])
         buffer = req.get("buffer")
         if buffer is not None:
-            if self.bufs[buffer] is None or not _copy_into(self.bufs[buffer], inputs):
+            if self.bufs[buffer] is None or not timing.copy_into(self.bufs[buffer], inputs):
                 self.bufs[buffer] = loader.clone_inputs(inputs)
             args = self.bufs[buffer]
         else:
@@ -197,8 +199,6 @@ class Runner:
         """Timed calls over the pool drawn from the judge's seeds. Each call:
         inputs copied into one of two fixed buffers, L2 flush, events around
         the forward, device sync. The outputs are kept for fetch."""
-        from env.harness import timing
-
         seeds = [int(s) for s in req["seeds"]]
         for s in seeds:
             if s not in self.pool:
@@ -218,7 +218,7 @@ class Runner:
             with torch.no_grad():
                 for i, p in enumerate(order):
                     args = bufs[i % 2]
-                    if not _copy_into(args, self.pool[seeds[p]]):
+                    if not timing.copy_into(args, self.pool[seeds[p]]):
                         args = self.pool[seeds[p]]
                     self.flusher.flush()
                     self.timers.record(start)
@@ -244,6 +244,11 @@ class Runner:
             return {"bad_output": str(e)}
         return {"out": value, "patched": self.patched()}, blobs
 
+    def op_modules(self, req):
+        """The modules imported here since the fork (for the server's
+        warm-up, which imports them so later forks inherit them)."""
+        return {"modules": sorted(set(sys.modules) - self.modules_at_fork)}
+
     def op_release(self, req):
         self.timed = {}
         return {"ok": True}
@@ -254,32 +259,23 @@ class Runner:
         self.model.train(True)
         args = self._inputs(req["input_seed"])
         try:
-            prof = profiler.profile_forward(self.model, args, self.device, self.counter.kernel_names(), self.timers)
+            prof = profiler.profile_forward(self.model, args, self.device, self.counter.kernel_names(), self.timers,
+                                            counter=self.counter)
         except BaseException as e:
             return dict(_raised(e), patched=self.patched())
         return {"profile": prof, "patched": self.patched()}
 
 
-def _copy_into(dst, src):
-    for d, s in zip(dst, src):
-        if isinstance(s, torch.Tensor):
-            if not isinstance(d, torch.Tensor) or d.shape != s.shape or d.dtype != s.dtype:
-                return False
-    for d, s in zip(dst, src):
-        if isinstance(s, torch.Tensor):
-            d.copy_(s)
-    return True
-
-
 def serve(rfd, wfd, device_type):
-    """The request loop; returns when the judge says bye or goes away."""
+    """The request loop; returns when the judge closes the channel."""
     runner = Runner(device_type)
     try:
         runner.prepare()
     except BaseException as e:
         runner.ready_error = f"internal: the candidate's process could not be set up: {type(e).__name__}: {e}"
     ops = {"load": runner.op_load, "forward": runner.op_forward, "time": runner.op_time,
-           "fetch": runner.op_fetch, "release": runner.op_release, "profile": runner.op_profile}
+           "fetch": runner.op_fetch, "release": runner.op_release, "profile": runner.op_profile,
+           "modules": runner.op_modules}
     while True:
         try:
             req, _ = wire.recv(rfd)

@@ -271,6 +271,12 @@ class Evaluation:
             pass
         finally:
             if self.remote is not None:
+                if getattr(self, "want_modules", False):
+                    try:
+                        ans, _ = self.remote.request({"op": "modules"})
+                        self.res["candidate_modules"] = remote.claimed_list(ans, "modules")
+                    except remote.CandidateGone:
+                        pass
                 self.remote.close()
         return self.res
 
@@ -592,10 +598,13 @@ def _profiled_run(ev):
         ev.res["pyprofile"] = text.getvalue()[-20000:]
 
 
-def evaluate(job, opts, isolation):
-    """Entry point in the child: returns the result dict (protocol fields
-    plus launches, tolerance, sandbox, sequence, strict)."""
+def evaluate(job, opts, isolation, want_modules=False):
+    """Entry point in the judge: returns the result dict (protocol fields
+    plus launches, tolerance, sandbox, sequence, strict). want_modules (the
+    server's warm-up job) adds the modules the candidate's process imported
+    since it was forked, in "candidate_modules"."""
     ev = Evaluation(job, opts, isolation)
+    ev.want_modules = want_modules
     try:
         return _profiled_run(ev) if PYPROFILE_LINES > 0 else ev.run()
     except BaseException as e:

@@ -726,6 +726,16 @@ def _readonly_filesystems(writable_dirs, notes):
     return root_ok
 
 
+def _map_user(uid, gid, notes):
+    """In a new user namespace: our uid and gid are root in it."""
+    try:
+        _write_file("/proc/self/setgroups", "deny")
+        _write_file("/proc/self/uid_map", f"0 {uid} 1")
+        _write_file("/proc/self/gid_map", f"0 {gid} 1")
+    except OSError as e:
+        notes.append(f"user namespace maps: {e.strerror}")
+
+
 def _isolate(writable_dirs):
     info = {"network": False, "filesystem": False, "capabilities_dropped": False, "notes": []}
     root = os.geteuid() == 0
@@ -743,12 +753,7 @@ def _isolate(writable_dirs):
     else:
         info["notes"].append(f"unshare failed: {os.strerror(ctypes.get_errno())}")
     if got and not root:
-        try:
-            _write_file("/proc/self/setgroups", "deny")
-            _write_file("/proc/self/uid_map", f"0 {uid} 1")
-            _write_file("/proc/self/gid_map", f"0 {gid} 1")
-        except OSError as e:
-            info["notes"].append(f"user namespace maps: {e.strerror}")
+        _map_user(uid, gid, info["notes"])
     info["network"] = bool(got & CLONE_NEWNET)
     if got & CLONE_NEWNS:
         info["filesystem"] = _readonly_filesystems(writable_dirs, info["notes"])
@@ -847,12 +852,55 @@ CANDIDATE_TMPFS_BYTES = 4 << 30
 
 class CandidateSpec:
     """What the judge's fork needs to make the candidate's process: its
-    device, its environment, and more directories to hide."""
+    device, its environment, more directories to hide, and the Triton cache
+    the server pre-built (seed_cache: read by the candidate's process before
+    it is hidden, then copied into its own cache, so every job starts warm
+    and none writes what another loads)."""
 
-    def __init__(self, device_type, env, hidden=()):
+    def __init__(self, device_type, env, hidden=(), seed_cache=None):
         self.device_type = device_type
         self.env = dict(env)
         self.hidden = list(hidden)
+        self.seed_cache = seed_cache
+
+
+SEED_CACHE_MAX_BYTES = 64 << 20
+
+
+def _read_tree(root, limit=SEED_CACHE_MAX_BYTES):
+    """{relative path: bytes} of the regular files under root, up to limit
+    bytes in all (a seed cache is the server's own, and small)."""
+    out, total = {}, 0
+    if not root or not os.path.isdir(root):
+        return out
+    for d, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(d, name)
+            try:
+                if not os.path.isfile(path) or os.path.islink(path):
+                    continue
+                size = os.path.getsize(path)
+                if total + size > limit:
+                    return out
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, root)] = f.read()
+                total += size
+            except OSError:
+                continue
+    return out
+
+
+def _write_tree(root, files, uid):
+    for rel, data in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+    if uid is not None:
+        for d, dirs, names in os.walk(root):
+            for n in dirs + names:
+                os.chown(os.path.join(d, n), uid, uid)
+        os.chown(root, uid, uid)
 
 
 class CandidateLink:
@@ -951,13 +999,9 @@ def candidate_enter(rfd, wfd, limits, workdir, spec):
         got = 0
         info["notes"].append(f"unshare failed: {os.strerror(ctypes.get_errno())}")
     if got and not root:
-        try:
-            _write_file("/proc/self/setgroups", "deny")
-            _write_file("/proc/self/uid_map", f"0 {uid} 1")
-            _write_file("/proc/self/gid_map", f"0 {gid} 1")
-        except OSError as e:
-            info["notes"].append(f"user namespace maps: {e.strerror}")
+        _map_user(uid, gid, info["notes"])
     info["network"] = bool(got & CLONE_NEWNET)
+    seed = _read_tree(spec.seed_cache)
     owner = new_uid if new_uid is not None else 0
     if got & CLONE_NEWNS:
         info["filesystem"] = _readonly_filesystems([], info["notes"])
@@ -995,6 +1039,12 @@ def candidate_enter(rfd, wfd, limits, workdir, spec):
     os.makedirs(home, exist_ok=True)
     env = dict(spec.env, HOME=home, TMPDIR=home, TRITON_CACHE_DIR=os.path.join(home, ".triton"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(home, ".inductor"), CUDA_CACHE_PATH=os.path.join(home, ".nv"))
+    if seed:
+        try:
+            _write_tree(env["TRITON_CACHE_DIR"], seed, new_uid)
+            info["seed_cache_files"] = len(seed)
+        except OSError as e:
+            info["notes"].append(f"seeding the Triton cache failed: {e.strerror}")
     _set_limits(limits)
     if new_uid is not None:
         os.chown(home, new_uid, new_uid)

@@ -5,8 +5,9 @@
 Imports torch and triton once (a fresh `import torch, triton` costs seconds;
 a fork of this process costs milliseconds), never touches CUDA itself, and
 answers jobs read one JSON object per line from stdin, in order, one at a
-time. Each job is evaluated in a sandboxed child (env.harness.sandbox)
-forked from here, so every job gets a fresh CUDA context. Results go, one
+time. Each job is evaluated in a sandboxed judge (env.harness.sandbox,
+env.harness.evaluate) forked from here, with the candidate's process forked
+from the judge, so every job gets fresh CUDA contexts. Results go, one
 JSON object per line, to fd 3 (the C worker's private pipe), or to stdout
 when fd 3 is not open; logs go to stderr. The first line written is
 {"ready": true, ...}. EOF on stdin ends the server with exit code 0.
@@ -16,8 +17,11 @@ Line kinds: a job (see env.harness.protocol), {"kind": "ping"} answered
 {"kind": "status"} answered {"spare_pid": PID or null} (see DK_KG_PREFORK).
 
 Environment: DK_KG_CACHE (cache dir, default ~/.cache/drkernel/kernelgym:
-reference timings, Triton and CUDA compile caches), DK_KG_TMP (where job
-directories are made, default the system temp dir), DK_KGPROF_LIB / DK_BUILD
+reference timings, Triton and CUDA compile caches; the candidate's process
+sees none of it, only a copy of the Triton cache the server pre-built),
+DK_KG_TMP (where job directories are made, default the system temp dir),
+DK_KG_HIDE (colon-separated folders the candidate's process must not see,
+besides the temp dirs, /dev/shm, /run and the cache), DK_KGPROF_LIB / DK_BUILD
 (where libkgprof.so is), DK_KG_PYPROFILE (N > 0: each result carries the
 child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (default 1:
 fork each job's child during the job before it, sandbox and CUDA context
@@ -151,14 +155,23 @@ def _kgprof_probe_target(isolation):
         mod.kgprof_probe_kernel[(4,)](x, 4096, BLOCK=1024)
         torch.cuda.synchronize()
         prof.start()
+        identity = prof.attribution()
         x.add_(1)
+        if identity:
+            prof.push()
         mod.kgprof_probe_kernel[(4,)](x, 4096, BLOCK=1024)
+        if identity:
+            prof.pop()
         torch.cuda.synchronize()
         prof.stop()
         recs = prof.records()
         names = [r[0] for r in recs]
         ok = len(recs) >= 2 and any(profiler.is_candidate_kernel(n, ["kgprof_probe_kernel"]) for n in names)
-        return {"ok": ok, "records": [[r[0][:80], r[1], r[3] - r[2]] for r in recs],
+        # By identity, exactly the marked launch's kernel is the candidate's.
+        marked = [r[0] for r in recs if r[4]]
+        identity_ok = identity and len(marked) == 1 and profiler.is_candidate_kernel(marked[0], ["kgprof_probe_kernel"])
+        return {"ok": ok, "records": [[r[0][:80], r[1], r[3] - r[2], r[4]] for r in recs],
+                "attribution": "correlation" if identity_ok else "name",
                 "error": "" if ok else f"unexpected records {names}"}
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -205,16 +218,35 @@ class ModelNew(nn.Module):
 
 
 def _warm_job_target(isolation):
-    """One whole evaluation of a tiny honest job, reporting the modules it
-    imported that the server had not: children run with bytecode writing off,
-    so each such module is compiled from source in every job (about 0.1 s
-    in all) unless the server imports it first."""
+    """One whole evaluation of a tiny honest job, reporting the modules its
+    judge and its candidate's process imported that the server had not:
+    children run with bytecode writing off, so each such module is compiled
+    from source in every job (about 0.1 s in all) unless the server imports
+    it first."""
     before = set(sys.modules)
     job = {"id": "warm-up", "device": "cuda", "task_source": WARM_TASK, "candidate_source": WARM_CANDIDATE}
     opts = protocol.resolve_options({"perf_trials": 5})
-    res = evaluate.evaluate(job, opts, isolation)
+    res = evaluate.evaluate(job, opts, isolation, want_modules=True)
     return {"status": res.get("status"), "error": res.get("error", "")[:300],
-            "modules": sorted(m for m in set(sys.modules) - before if not m.startswith("kg_"))}
+            "modules": sorted(m for m in set(sys.modules) - before if not m.startswith("kg_")),
+            "candidate_modules": [m for m in res.get("candidate_modules", []) if not m.startswith("kg_")]}
+
+
+def _seed_cache_target(isolation):
+    """Builds, in the server's Triton cache, what every job's first launch
+    needs (the driver's utility module, the launcher of a common signature):
+    the candidate's process copies this cache into its own at its start.
+    Only this trusted kernel ever writes it."""
+    from env.harness import loader
+
+    try:
+        mod = loader.load_module("kg_seed_candidate", WARM_CANDIDATE, os.getcwd())
+        x = torch.randn(4096, device="cuda")
+        y = mod.ModelNew()(x)
+        torch.cuda.synchronize()
+        return {"ok": bool(torch.equal(y, torch.relu(x)))}
+    except Exception as e:
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
 def _prepare_child(device):
@@ -326,7 +358,8 @@ class Server:
         live)."""
         hidden = [self.cache_dir, self.tmp_base]
         hidden += [d for d in os.environ.get("DK_KG_HIDE", "").split(":") if d]
-        return sandbox.CandidateSpec(device, env, hidden)
+        seed = self.compile_dirs["triton"] if device == "cuda" else None
+        return sandbox.CandidateSpec(device, env, hidden, seed_cache=seed)
 
     @staticmethod
     def finish_child(child, next_spare=None):
@@ -373,12 +406,17 @@ class Server:
                 self.kgprof = None
             else:
                 self.kgprof_records = out.message.get("records")
+                self.kgprof_attribution = out.message.get("attribution")
+                if self.kgprof_attribution != "correlation":
+                    log("libkgprof cannot tie kernels to the launches that made them here; "
+                        "profiles attribute kernels by name")
         self.write({"ready": True, "pid": os.getpid(), "torch": torch.__version__, "triton": triton.__version__,
                     "python": sys.version.split()[0], "cuda": self.cuda, "gpus": self.gpus,
                     "isolation": {k: self.isolation.get(k, False)
                                   for k in ("network", "filesystem", "capabilities_dropped")},
                     "kgprof": self.kgprof, "kgprof_error": self.kgprof_error,
-                    "kgprof_probe": getattr(self, "kgprof_records", None), "warmed": self.warmed})
+                    "kgprof_probe": getattr(self, "kgprof_records", None),
+                    "kgprof_attribution": getattr(self, "kgprof_attribution", None), "warmed": self.warmed})
 
     def warm_child_imports(self, opts):
         """Runs a warm-up job, imports here what its child imported, then
@@ -390,7 +428,11 @@ class Server:
             why = out.message.get("error") if out.kind == "message" else f"{out.kind}: {out.detail}"
             log(f"the warm-up job failed ({why}); children import their modules themselves")
             return
-        n = warm_imports(out.message.get("modules", []))
+        n = warm_imports(out.message.get("modules", []) + out.message.get("candidate_modules", []))
+        seeded = self.run_child(_seed_cache_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S))
+        if seeded.kind != "message" or not seeded.message.get("ok"):
+            log(f"pre-building the Triton cache failed ({seeded.message if seeded.kind == 'message' else seeded.detail}); "
+                "each job builds Triton's launchers itself")
         check = self.run_child(_gpu_check_target, "cuda", 0, self.limits(opts, "cuda", GPU_CHECK_TIMEOUT_S))
         if check.kind != "message" or not check.message.get("gpu_ok"):
             raise RuntimeError("after importing the warm-up job's modules, a child no longer gets a working GPU "

@@ -113,7 +113,7 @@ def decode_value(x, blobs, notes=None):
 def send(fd, header, blobs=()):
     """Writes one message (header: a JSON-able dict)."""
     header = dict(header, blobs=[len(b) for b in blobs])
-    head = json.dumps(header, allow_nan=False).encode("utf-8")
+    head = json.dumps(header).encode("utf-8")  # NaN travels as NaN (json.loads reads it)
     _write_all(fd, MAGIC + b"%012d" % len(head) + head)
     for b in blobs:
         _write_all(fd, b)

@@ -219,6 +219,12 @@ def test_hacks2(server):
         if res["status"] == "ok":
             check((res.get("speedup") or 0.0) <= 1.2 * max(best, 1.0),
                   f"hacks2 {name}: ok with speedup {res.get('speedup')} (honest {best})")
+        if m.get("expect-coverage-max"):
+            prof = res.get("profile") or {}
+            report["hacks2"][name]["profile"] = {k: prof.get(k) for k in ("coverage", "attribution", "kernels")}
+            check(prof.get("attribution") == "correlation" and (prof.get("coverage") or 0.0) <= float(m["expect-coverage-max"]),
+                  f"hacks2 {name}: coverage {prof.get('coverage')} by {prof.get('attribution')}, "
+                  f"at most {m['expect-coverage-max']} by correlation expected")
         print(f"  hacks2 {name:36s} -> {res['status']:10s} {', '.join(res['hack']['reasons'])}", flush=True)
     shared = tempfile.mkdtemp(prefix="kg-gpu-shared-")
     for name in ("c6_plant.py", "c6_victim.py"):

@@ -18,6 +18,8 @@ inputs, with the expectations each file declares in its header comments:
   # kg-expect-status-cpu: STATUS  hacks2: the status on the CPU device, where
                                 the attack has nothing to gain (no timing)
   # kg-sequence: plant|victim|killer  hacks2: its part in a run of jobs
+  # kg-expect-coverage-max: X   hacks2 (GPU): the profile's coverage, by
+                                correlation id, is at most X
 """
 
 import json
