@@ -145,10 +145,12 @@ def fresh_seed():
     return int.from_bytes(os.urandom(6), "little")
 
 
-# The timed calls run in batches whose outputs the candidate's process keeps
-# until the judge has picked the one it verifies: a batch holds at most this
-# many bytes of outputs.
-BATCH_KEEP_BYTES = 1 << 30
+# The timed calls run in at most TIMED_BATCHES batches (each costs an empty
+# batch and one output fetched); the candidate's process keeps a batch's
+# outputs until the judge has picked the one it verifies, at most this many
+# bytes of them (more batches when the outputs are larger).
+TIMED_BATCHES = 4
+BATCH_KEEP_BYTES = 8 << 30
 # Event times the judge's wall clock does not back: a batch's events may
 # claim less than the wall time of its calls (the wall of the batch minus
 # the wall of as many empty calls) by at most this share, plus this slack
@@ -500,7 +502,7 @@ class Evaluation:
         output fetched and verified. An empty batch of the same length
         measures what the wall clock holds besides the calls."""
         n = self.pool_n
-        per_batch = max(1, min(calls, BATCH_KEEP_BYTES // max(1, self.out_bytes)))
+        per_batch = min(-(-calls // TIMED_BATCHES), max(1, BATCH_KEEP_BYTES // max(1, self.out_bytes)))
         order = [i % n for i in range(warmup + calls)]
         times, walls, nulls = [], 0.0, 0.0
         done, first = 0, True
@@ -541,7 +543,6 @@ class Evaluation:
             return
         self.res["runtime_ms"] = summary
         self.res["timing_available"] = True
-        self._profile_pending = True
 
     def _profile(self):
         if self.device.type != "cuda" or not self.opts["profile"]:

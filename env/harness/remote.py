@@ -32,7 +32,7 @@ class Remote:
         self.calls += 1
         try:
             wire.send(self.link.to_fd, header)
-            ans, blobs = wire.recv(self.link.from_fd)
+            ans, blobs = wire.recv(self.link.from_fd, self.link.shm_fd)
         except (EOFError, BrokenPipeError) as e:
             raise CandidateGone(self.death_text()) from e
         except wire.WireError as e:
@@ -64,7 +64,9 @@ class Remote:
             return ""
 
     def close(self):
-        for fd in (self.link.to_fd, self.link.from_fd):
+        for fd in (self.link.to_fd, self.link.from_fd, self.link.shm_fd):
+            if fd is None:
+                continue
             try:
                 os.close(fd)
             except OSError:

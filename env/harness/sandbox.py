@@ -361,7 +361,7 @@ def _fork(limits, workdir, env, writable_dirs, body, ahead, candidate=None):
             keep = {fd for fd in (wfd, gr, jr, rw) if fd is not None}
             if candidate is not None:
                 _candidate = fork_candidate(limits, workdir, candidate, keep)
-                keep |= {_candidate.to_fd, _candidate.from_fd}
+                keep |= {fd for fd in (_candidate.to_fd, _candidate.from_fd, _candidate.shm_fd) if fd is not None}
             isolation = enter(wfd, limits, workdir, env, writable_dirs, keep)
             entered_ms = (time.monotonic() - t0) * 1000.0
             _gate_fd = gr
@@ -904,10 +904,13 @@ def _write_tree(root, files, uid):
 
 
 class CandidateLink:
-    """The judge's end: the candidate's outermost pid and the two pipes."""
+    """The judge's end: the candidate's outermost pid, the two pipes and the
+    shared memory file the outputs travel through (None where memfd_create
+    is unavailable: they go through the pipe)."""
 
-    def __init__(self, pid, to_fd, from_fd, stderr_path):
-        self.pid, self.to_fd, self.from_fd, self.stderr_path = pid, to_fd, from_fd, stderr_path
+    def __init__(self, pid, to_fd, from_fd, shm_fd, stderr_path):
+        self.pid, self.to_fd, self.from_fd, self.shm_fd = pid, to_fd, from_fd, shm_fd
+        self.stderr_path = stderr_path
 
 
 # In a judge: its candidate's process (set before the judge enters its sandbox).
@@ -924,6 +927,10 @@ def fork_candidate(limits, workdir, spec, judge_fds):
     (env.harness.candidate_proc) until the judge closes the pipes."""
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()
+    try:
+        shm = os.memfd_create("kg-wire", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        shm = None
     stderr_path = os.path.join(workdir, "candidate_stderr.txt")
     pid = os.fork()
     if pid == 0:
@@ -931,10 +938,10 @@ def fork_candidate(limits, workdir, spec, judge_fds):
         try:
             for fd in list(judge_fds) + [to_w, from_r]:
                 os.close(fd)
-            candidate_enter(to_r, from_w, limits, workdir, spec)
+            candidate_enter(to_r, from_w, limits, workdir, spec, shm)
             from env.harness import candidate_proc
 
-            candidate_proc.serve(to_r, from_w, spec.device_type)
+            candidate_proc.serve(to_r, from_w, spec.device_type, shm)
             code = 0
         except BaseException as e:
             try:
@@ -944,7 +951,7 @@ def fork_candidate(limits, workdir, spec, judge_fds):
         os._exit(code)
     os.close(to_r)
     os.close(from_w)
-    return CandidateLink(pid, to_w, from_r, stderr_path)
+    return CandidateLink(pid, to_w, from_r, shm, stderr_path)
 
 
 def _wait_exit_code(pid):
@@ -962,7 +969,7 @@ def _wait_exit_code(pid):
             return os.WEXITSTATUS(status)
 
 
-def candidate_enter(rfd, wfd, limits, workdir, spec):
+def candidate_enter(rfd, wfd, limits, workdir, spec, shm=None):
     """Puts a freshly forked process into the candidate's sandbox. Beyond the
     judge's (enter): new PID and IPC namespaces (the process sees no other
     process, so it can signal or read none), an empty private tmpfs over the
@@ -978,7 +985,7 @@ def candidate_enter(rfd, wfd, limits, workdir, spec):
     os.dup2(devnull, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    _close_fds({rfd, wfd})
+    _close_fds({fd for fd in (rfd, wfd, shm) if fd is not None})
     faulthandler.enable(file=sys.stderr, all_threads=True)
     sys.dont_write_bytecode = True
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -4,7 +4,14 @@ A message is a JSON header followed by raw byte blobs:
 
     b"KGW" + 12-digit header length + header JSON + the blobs
 
-the header's "blobs" field lists the blob lengths in order. Values travel as
+the header's "blobs" field lists the blob lengths in order. With a shared
+memory file (a memfd the judge made before it forked the candidate's
+process, "shm" below) the blobs are not in the pipe but at the start of
+that file, one after another (the header says "shm": true): an output goes
+from the device into the shared pages and from there to the judge's device
+in one copy each way, where a pipe costs several. The receiver copies the
+blobs out before it reads them, so later writes to the file change nothing
+it holds. Values travel as
 plain data only: None, bool, int, float, str, lists (tuples arrive as
 lists) and tensors. A tensor is described by {"T": blob index, "dtype",
 "shape", "stride", "offset", "type", "ptr"} and its bytes are the whole span
@@ -20,6 +27,7 @@ never as facts.
 """
 
 import json
+import mmap
 import os
 
 import torch
@@ -64,8 +72,8 @@ def encode_value(x, blobs):
             raise WireError(f"a tensor of dtype {t.dtype} cannot be returned")
         start, n = _span_bytes(t)
         flat = torch.as_strided(t, (n // t.element_size(),), (1,), t.storage_offset()) if n else t.reshape(0)
-        data = flat.contiguous().cpu().view(torch.uint8).numpy().tobytes() if n else b""
-        blobs.append(data)
+        # A blob is a flat uint8 tensor, on the tensor's device until sent.
+        blobs.append(flat.contiguous().view(torch.uint8) if n else torch.empty(0, dtype=torch.uint8))
         return {"T": len(blobs) - 1, "dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
                 "type": kind, "ptr": t.untyped_storage().data_ptr() if t.numel() else 0,
                 "device": t.device.type}
@@ -93,16 +101,16 @@ def decode_value(x, blobs, notes=None):
         if len(shape) != len(stride) or any(s < 0 for s in shape) or any(s < 0 for s in stride):
             raise WireError(f"a tensor has shape {shape} and strides {stride}")
         esize = torch.empty(0, dtype=dtype).element_size()
-        if len(data) % esize:
+        if data.numel() % esize:
             raise WireError("a tensor's bytes are not a whole number of elements")
         numel = 1
         for s in shape:
             numel *= s
         need = 0 if numel == 0 else 1 + sum((s - 1) * st for s, st in zip(shape, stride))
-        if need * esize > len(data):
-            raise WireError(f"a tensor's view reaches {need} elements but {len(data) // esize} were sent")
-        base = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-        t = torch.as_strided(base.view(dtype), shape, stride, 0) if numel else torch.empty(shape, dtype=dtype)
+        if need * esize > data.numel():
+            raise WireError(f"a tensor's view reaches {need} elements but {data.numel() // esize} were sent")
+        flat = data.view(dtype)
+        t = torch.as_strided(flat, shape, stride, flat.storage_offset()) if numel else torch.empty(shape, dtype=dtype)
         if notes is not None:
             notes.append({"type": x.get("type"), "ptr": x.get("ptr"), "stride": stride, "shape": shape,
                           "device": x.get("device")})
@@ -110,13 +118,42 @@ def decode_value(x, blobs, notes=None):
     return x
 
 
-def send(fd, header, blobs=()):
-    """Writes one message (header: a JSON-able dict)."""
-    header = dict(header, blobs=[len(b) for b in blobs])
+def _nbytes(b):
+    return b.numel() if isinstance(b, torch.Tensor) else len(b)
+
+
+def send(fd, header, blobs=(), shm=None):
+    """Writes one message (header: a JSON-able dict; blobs: bytes or flat
+    uint8 tensors on any device), its blobs through shm when given."""
+    sizes = [_nbytes(b) for b in blobs]
+    use_shm = False
+    if shm is not None and sum(sizes):
+        try:
+            _to_shm(shm, blobs, sizes)
+            use_shm = True
+        except OSError:  # a file size limit: the pipe carries them
+            pass
+    header = dict(header, blobs=sizes, shm=use_shm)
     head = json.dumps(header).encode("utf-8")  # NaN travels as NaN (json.loads reads it)
     _write_all(fd, MAGIC + b"%012d" % len(head) + head)
+    if use_shm:
+        return
     for b in blobs:
-        _write_all(fd, b)
+        _write_all(fd, b.cpu().numpy().tobytes() if isinstance(b, torch.Tensor) else b)
+
+
+def _to_shm(shm, blobs, sizes):
+    total = sum(sizes)
+    if os.fstat(shm).st_size < total:
+        os.ftruncate(shm, total)
+    with mmap.mmap(shm, total) as mm:
+        at = 0
+        for b, n in zip(blobs, sizes):
+            if n:
+                dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=at)
+                dst.copy_(b if isinstance(b, torch.Tensor) else torch.frombuffer(bytearray(b), dtype=torch.uint8))
+                del dst
+            at += n
 
 
 def _write_all(fd, data):
@@ -136,9 +173,10 @@ def _read_exact(fd, n):
     return b"".join(chunks)
 
 
-def recv(fd):
-    """(header, blobs) of the next message; EOFError when the channel is
-    closed, WireError when the bytes are not a message."""
+def recv(fd, shm=None):
+    """(header, blobs) of the next message, the blobs as flat uint8 CPU
+    tensors of their own; EOFError when the channel is closed, WireError
+    when the bytes are not a message."""
     lead = _read_exact(fd, 15)
     if lead[:3] != MAGIC or not lead[3:].isdigit():
         raise WireError("the channel carried bytes that are not a message")
@@ -153,7 +191,21 @@ def recv(fd):
     if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes) \
             or sum(sizes) > MAX_TOTAL:
         raise WireError("a message lists bad blob sizes")
-    return header, [_read_exact(fd, s) for s in sizes]
+    if header.get("shm") and sum(sizes):
+        total = sum(sizes)
+        if shm is None or os.fstat(shm).st_size < total:
+            raise WireError("a message's blobs are not in the shared memory")
+        blobs = []
+        with mmap.mmap(shm, total) as mm:
+            at = 0
+            for n in sizes:
+                src = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=at) if n else None
+                blobs.append(src.clone() if n else torch.empty(0, dtype=torch.uint8))
+                del src
+                at += n
+        return header, blobs
+    return header, [torch.frombuffer(bytearray(_read_exact(fd, s)), dtype=torch.uint8) if s
+                    else torch.empty(0, dtype=torch.uint8) for s in sizes]
 
 
 def exact_layout_problem(out, ref):

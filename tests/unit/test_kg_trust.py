@@ -18,7 +18,10 @@ to win), run through the warm server as the trainer runs it.
   infrastructure   a judge killed mid-job (from outside) is re-run: the
                    honest job ends ok with infra_retries 1
   wire             outputs rebuilt from bytes keep their exact dtype, shape,
-                   strides and storage offset; what does not fit is refused
+                   strides and storage offset, through the pipe and through
+                   shared memory; what does not fit is refused
+  timed runner     the candidate's side of the GPU timing (batches, empty
+                   batches, fetching a chosen call) on a fake clock
 """
 
 import os
@@ -118,7 +121,19 @@ def test_wire():
             check(False, f"wire: {type(bad).__name__} was sent")
         except wire.WireError:
             pass
+    # a message with its blobs in shared memory, then one through the pipe
     r, w = os.pipe()
+    shm = os.memfd_create("kg-test")
+    for via in (shm, None):
+        blobs = []
+        desc = wire.encode_value([base.t(), base[1:3]], blobs)
+        wire.send(w, {"out": desc}, blobs, via)
+        head, got = wire.recv(r, shm)
+        back = wire.decode_value(head["out"], got)
+        check(head["shm"] == (via is not None) and torch.equal(back[0], base.t()) and back[0].stride() == (1, 10)
+              and torch.equal(back[1], base[1:3]), f"wire: a message {'in shared memory' if via else 'in the pipe'} "
+              f"came back as {head}")
+    os.close(shm)
     os.write(w, b"not a message at all")
     os.close(w)
     try:
@@ -128,6 +143,50 @@ def test_wire():
         pass
     os.close(r)
     print("  wire: exact layouts round-trip; stride-0, overlapping and short views refused")
+
+
+# ---- the candidate's side of the timed calls (its GPU path, on a fake clock) ------
+
+class FakeClock:
+    """Stands in for the CUDA events: every call takes 0.5 ms."""
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            pass
+
+    def record(self, event):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, start, end):
+        return 0.5
+
+
+def test_timed_runner():
+    from env.harness import candidate_proc, loader
+
+    os.chdir(tempfile.mkdtemp(prefix="kg-trust-runner-"))
+    r = candidate_proc.Runner("cpu")
+    r.prepare()
+    r.timers = FakeClock()
+    src = corpus.read(os.path.join(corpus.HERE, "candidates", "row_sum__triton.py"))
+    check(r.op_load({"task_source": corpus.task_source("row_sum"), "candidate_source": src, "seed": 42}).get("ok"),
+          "runner: the candidate did not load")
+    ans = r.op_time({"seeds": [11, 12], "order": [0, 1, 0, 1], "warmup": 1})
+    check(ans.get("times_ms") == [0.5, 0.5, 0.5] and ans.get("launches") == 4, f"runner: a timed batch gave {ans}")
+    ans = r.op_time({"seeds": [11, 12], "order": [0, 1, 0, 1], "warmup": 1, "null": True})
+    check(ans.get("times_ms") == [0.5, 0.5, 0.5] and ans.get("launches") == 0, f"runner: an empty batch gave {ans}")
+    # the empty batch kept the outputs of the batch before it: call 2 ran seed 11
+    ans, blobs = r.op_fetch({"call": 2})
+    out = wire.decode_value(ans["out"], blobs)
+    torch.manual_seed(42)
+    ref = r.task.Model(*r.init_inputs)(*loader.inputs_from(r.task, 11, torch.device("cpu")))
+    check(torch.allclose(out, ref, atol=1e-4), "runner: the fetched timed output is not call 2's")
+    check("bad_output" in r.op_fetch({"call": 0}), "runner: a warm-up call's output was kept")
+    os.chdir(ROOT)
+    print("  runner: timed batches, an empty batch and the fetch of a chosen call agree")
 
 
 # ---- single jobs -----------------------------------------------------------------
@@ -263,6 +322,7 @@ def test_judge_killed(server):
 def main():
     t0 = time.monotonic()
     test_wire()
+    test_timed_runner()
     cache_a = tempfile.mkdtemp(prefix="kg-trust-a-")
     cache_b = tempfile.mkdtemp(prefix="kg-trust-b-")
     # Decoys the victim must not see: a Redis folder with a socket and a
