@@ -807,23 +807,31 @@ def _set_limits(limits):
         resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap if hard == resource.RLIM_INFINITY else hard))
 
 
-def enter(result_fd, limits, workdir, env, writable_dirs, keep=()):
-    """Puts the current (freshly forked) process into the sandbox; of the
-    inherited descriptors only result_fd and keep stay open. Returns what
-    isolation could be had, for the result."""
+def _own_session(workdir, prefix, keep):
+    """A freshly forked process's first steps: its own session, killed with
+    its parent, stdin from /dev/null, stdout/stderr into WORKDIR/PREFIX
+    stdout.txt and stderr.txt, no inherited descriptor but keep, tracebacks
+    on fatal signals, no bytecode written, default signal handlers."""
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     devnull = os.open("/dev/null", os.O_RDONLY)
-    out = os.open(os.path.join(workdir, "stdout.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    err = os.open(os.path.join(workdir, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    out = os.open(os.path.join(workdir, prefix + "stdout.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    err = os.open(os.path.join(workdir, prefix + "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(devnull, 0)
     os.dup2(out, 1)
     os.dup2(err, 2)
-    _close_fds({result_fd} | set(keep))
+    _close_fds(keep)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     sys.dont_write_bytecode = True
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def enter(result_fd, limits, workdir, env, writable_dirs, keep=()):
+    """Puts the current (freshly forked) process into the sandbox; of the
+    inherited descriptors only result_fd and keep stay open. Returns what
+    isolation could be had, for the result."""
+    _own_session(workdir, "", {result_fd} | set(keep))
     info = _isolate([workdir] + list(writable_dirs))
     _set_limits(limits)
     os.chdir(workdir)
@@ -977,19 +985,7 @@ def candidate_enter(rfd, wfd, limits, workdir, spec, shm=None):
     uid of its own, its own Triton and Inductor caches. Returns in the
     process that serves (pid 2 of the new PID namespace; pid 1 only waits,
     and when it goes every process of the namespace goes with it)."""
-    os.setsid()
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    devnull = os.open("/dev/null", os.O_RDONLY)
-    out = os.open(os.path.join(workdir, "candidate_stdout.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    err = os.open(os.path.join(workdir, "candidate_stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(devnull, 0)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    _close_fds({fd for fd in (rfd, wfd, shm) if fd is not None})
-    faulthandler.enable(file=sys.stderr, all_threads=True)
-    sys.dont_write_bytecode = True
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+    _own_session(workdir, "candidate_", {fd for fd in (rfd, wfd, shm) if fd is not None})
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
     new_uid = CANDIDATE_UID_BASE + os.getpid() if root else None
