@@ -855,7 +855,10 @@ CANDIDATE_UID_BASE = 1 << 20
 # other jobs' directories, the Redis socket and its password file (under
 # the temp dir with --redis auto), shared memory, the compile caches.
 CANDIDATE_HIDDEN = ("/tmp", "/var/tmp", "/dev/shm", "/run")
-CANDIDATE_TMPFS_BYTES = 4 << 30
+# tmpfs pages are memory no process's RSS shows: each private tmpfs is
+# small, /tmp (the job's home and compile caches) less so.
+CANDIDATE_TMP_BYTES = 1 << 30
+CANDIDATE_TMPFS_BYTES = 64 << 20
 
 
 class CandidateSpec:
@@ -1014,7 +1017,8 @@ def candidate_enter(rfd, wfd, limits, workdir, spec, shm=None):
         for d in list(CANDIDATE_HIDDEN) + list(spec.hidden):
             if not os.path.isdir(d):
                 continue
-            data = f"mode=0700,uid={owner},gid={owner},size={CANDIDATE_TMPFS_BYTES}"
+            size = CANDIDATE_TMP_BYTES if d == "/tmp" else CANDIDATE_TMPFS_BYTES
+            data = f"mode=0700,uid={owner},gid={owner},size={size}"
             if not _mount("tmpfs", d, MS_NOSUID | MS_NODEV, "tmpfs", data):
                 hidden_ok = False
                 info["notes"].append(f"tmpfs over {d} failed: {os.strerror(ctypes.get_errno())}")
