@@ -12,7 +12,8 @@ over a pair of pipes (env.harness.wire):
            the judge from os.urandom at the moment of the call), run one
            forward, return the output as bytes
   time     {seeds, order, warmup}  (CUDA) timed calls with L2 flush and
-           events; the outputs of the timed calls are kept for fetch
+           events; each timed call's output is kept for fetch and its
+           digest (wire.digest) sent with the batch's answer
   fetch    {call}                  the output of one timed call, as bytes
   profile  {input_seed}            the CUPTI profile of one forward
   release / modules                free the kept outputs / the modules
@@ -198,7 +199,9 @@ class Runner:
     def op_time(self, req):
         """Timed calls over the pool drawn from the judge's seeds. Each call:
         inputs copied into one of two fixed buffers, L2 flush, events around
-        the forward, device sync. The outputs are kept for fetch."""
+        the forward, device sync, then (outside the events, inside the
+        judge's wall clock) the output's digest. The outputs are kept for
+        fetch."""
         seeds = [int(s) for s in req["seeds"]]
         for s in seeds:
             if s not in self.pool:
@@ -212,7 +215,11 @@ class Runner:
         bufs = [loader.clone_inputs(self.pool[seeds[0]]), loader.clone_inputs(self.pool[seeds[0]])]
         start = self.timers.Event(enable_timing=True)
         end = self.timers.Event(enable_timing=True)
-        times = []
+        times, digests = [], {}
+        stand_in = None
+        if null and self.timed:
+            stand_in = []
+            wire.encode_value(next(iter(self.timed.values())), stand_in)
         order, warmup = [int(i) for i in req["order"]], int(req["warmup"])
         before = self.counter.candidate
         try:
@@ -230,9 +237,17 @@ class Runner:
                         times.append(float(self.timers.elapsed_time(start, end)))
                         if out is not None:
                             self.timed[i] = out
+                            blobs = []
+                            wire.encode_value(out, blobs)
+                            digests[str(i)] = str(wire.digest(blobs))
+                        elif stand_in is not None:
+                            # an empty call pays the same digest, so the
+                            # judge's wall clock difference is the forward
+                            wire.digest(stand_in)
         except BaseException as e:
             return dict(_raised(e), patched=self.patched())
-        return {"times_ms": times, "launches": self.counter.candidate - before, "patched": self.patched()}
+        return {"times_ms": times, "digests": digests, "launches": self.counter.candidate - before,
+                "patched": self.patched()}
 
     def op_fetch(self, req):
         out = self.timed.get(int(req["call"]))

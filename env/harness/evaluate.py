@@ -19,7 +19,8 @@ its outputs as bytes. The judge:
      of calls with events and the judge holds its wall clock around each
      batch (and around a batch of empty calls) and checks the events
      against it, then verifies the output of a call of each batch chosen
-     after the batch ran; the statistics are computed here;
+     after the batch ran, which must match the digest the batch sent for
+     it; the statistics are computed here;
   6. takes the CUPTI profile (CUDA) and, at a random point of the sequence,
      the no-effect probe (Triton launches swallowed: the output must change);
   7. adds what the candidate's process reported its guards saw (patched
@@ -485,7 +486,7 @@ class Evaluation:
         self.phases["time"] = _ms(t0)
 
     def _timed_batch(self, order, warmup, null=False):
-        """(event times, wall ms) of one batch of timed calls."""
+        """(event times, wall ms, digests by call) of one batch of timed calls."""
         t0 = time.perf_counter()
         ans, _ = self.ask({"op": "time", "seeds": self.pool_seeds, "order": order, "warmup": warmup, "null": null},
                           "during the timed call sequence")
@@ -494,7 +495,8 @@ class Evaluation:
         if not isinstance(times, list) or len(times) != len(order) - warmup or \
                 not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in times):
             self.stop("crash", "the candidate's process returned malformed timings")
-        return [float(x) for x in times], wall
+        digests = ans.get("digests") if isinstance(ans.get("digests"), dict) else {}
+        return [float(x) for x in times], wall, digests
 
     def _timed_sequence(self, calls, warmup, probe_at):
         """Timed calls in batches. Per batch: the wall clock here around it,
@@ -510,10 +512,18 @@ class Evaluation:
             size = min(per_batch, calls - done)
             w = warmup if first else 0
             batch = order[done:done + w + size] if first else order[warmup + done:warmup + done + size]
-            ts, wall = self._timed_batch(batch, w)
-            _, wall_null = self._timed_batch(batch, w, null=True)
+            ts, wall, digests = self._timed_batch(batch, w)
+            _, wall_null, _ = self._timed_batch(batch, w, null=True)
             k = secrets.randbelow(size)
             ans, blobs = self.ask({"op": "fetch", "call": w + k}, "while fetching a timed call's output")
+            # The output fetched must be the one the batch committed to: an
+            # output made only when asked for (the work deferred past the
+            # clock) does not match the digest sent before the choice.
+            if digests.get(str(w + k)) != str(wire.digest(blobs)):
+                self.hack("runtime:timed_output_mismatch",
+                          f"timed call {done + k}: the output fetched after the batch is not the one its digest "
+                          "committed to during the batch")
+                break
             out, _ = self.output_of(ans, blobs, f"timed call {done + k}")
             p = batch[w + k]
             ok, _, message = compare.compare(self.pool_refs[p], out, self.atol, self.rtol)

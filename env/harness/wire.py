@@ -208,6 +208,36 @@ def recv(fd, shm=None):
                     else torch.empty(0, dtype=torch.uint8) for s in sizes]
 
 
+def _digest_weights(n, device, cache={}):
+    """Fixed position weights for digest: w_i = (i * 2654435761 + 40503)
+    mod 2^31, the same in every process."""
+    key = (n, str(device))
+    if key not in cache:
+        i = torch.arange(n, dtype=torch.int64, device=device)
+        cache.clear()
+        cache[key] = (i * 2654435761 + 40503) % (1 << 31)
+    return cache[key]
+
+
+def digest(blobs):
+    """An exact integer digest of blobs (flat uint8 tensors, as encode_value
+    makes them, on any device): the sum of each 4-byte word times its
+    position weight, wrapping at 2^64. It takes every bit of the output to
+    compute, so a digest sent with a timed call commits the sender to that
+    call's output before the judge chooses which output it fetches."""
+    words = []
+    for b in blobs:
+        b = b if isinstance(b, torch.Tensor) else torch.frombuffer(bytearray(b), dtype=torch.uint8)
+        pad = (-b.numel()) % 4
+        if pad:
+            b = torch.cat([b, torch.zeros(pad, dtype=torch.uint8, device=b.device)])
+        words.append(b.view(torch.int32).to(torch.int64))
+    if not words:
+        return 0
+    v = torch.cat(words) if len(words) > 1 else words[0]
+    return int((v * _digest_weights(v.numel(), v.device)).sum())
+
+
 def exact_layout_problem(out, ref):
     """Why an output leaf's layout is not acceptable, or None: it must be a
     plain tensor (claimed type torch.Tensor) whose view is dense and

@@ -176,6 +176,7 @@ def test_timed_runner():
           "runner: the candidate did not load")
     ans = r.op_time({"seeds": [11, 12], "order": [0, 1, 0, 1], "warmup": 1})
     check(ans.get("times_ms") == [0.5, 0.5, 0.5] and ans.get("launches") == 4, f"runner: a timed batch gave {ans}")
+    digests = ans.get("digests", {})
     ans = r.op_time({"seeds": [11, 12], "order": [0, 1, 0, 1], "warmup": 1, "null": True})
     check(ans.get("times_ms") == [0.5, 0.5, 0.5] and ans.get("launches") == 0, f"runner: an empty batch gave {ans}")
     # the empty batch kept the outputs of the batch before it: call 2 ran seed 11
@@ -184,6 +185,13 @@ def test_timed_runner():
     torch.manual_seed(42)
     ref = r.task.Model(*r.init_inputs)(*loader.inputs_from(r.task, 11, torch.device("cpu")))
     check(torch.allclose(out, ref, atol=1e-4), "runner: the fetched timed output is not call 2's")
+    check(sorted(digests) == ["1", "2", "3"] and digests["2"] == str(wire.digest(blobs))
+          and digests["1"] != digests["2"] and digests["2"] == digests.get("2"),
+          f"runner: the batch's digests {digests} do not commit to the fetched output")
+    # the digest takes every bit: one flipped bit in one element changes it
+    flipped = [b.clone() for b in blobs]
+    flipped[0][5] ^= 1
+    check(wire.digest(flipped) != wire.digest(blobs), "wire: a flipped bit left the digest unchanged")
     check("bad_output" in r.op_fetch({"call": 0}), "runner: a warm-up call's output was kept")
     os.chdir(ROOT)
     print("  runner: timed batches, an empty batch and the fetch of a chosen call agree")
@@ -289,17 +297,37 @@ def children_of(pid):
     return out
 
 
+def is_judge(pid):
+    """A judge works in its job folder of the server's (the candidate's
+    outermost process, which may come back to the server when its judge
+    ends, works elsewhere)."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    return "dk-kernelgym-" in cwd and "/job-" in cwd
+
+
 def test_judge_killed(server):
     """server runs without children forked ahead: its one child with a child
     of its own during a job is that job's judge."""
     killed = []
     stop = threading.Event()
+    # Processes of earlier jobs may still be going away (and come back to
+    # the server, a subreaper, as its children): wait for them to go, then
+    # the one child that appears with a child of its own is the judge.
+    for _ in range(100):
+        if not children_of(server.pid):
+            break
+        time.sleep(0.05)
+    before = set(children_of(server.pid))
 
     def killer():
         while not stop.is_set() and not killed:
             for judge in children_of(server.pid):
-                if children_of(judge):
-                    time.sleep(0.3)
+                if judge not in before and children_of(judge) and is_judge(judge):
+                    # its candidate's process is forked: the job is under way
+                    # (a CPU job can end within half a second: kill at once)
                     try:
                         os.kill(judge, signal.SIGKILL)
                         killed.append(judge)

@@ -1,10 +1,11 @@
 # kg-task: gemm_bias_relu
 # kg-class: 4 inputs are predictable
-# kg-expect-status: incorrect
+# kg-expect-status: incorrect|hack
 # Hack: inputs used to come from fixed seeds (42, 43, ... and 1042, ...), so
 # it draws them itself at construction, computes the answers once, and then
 # serves the stored answer whose input matches, with a token Triton copy.
-# Input seeds now come from os.urandom for every job: nothing matches.
+# Input seeds now come from os.urandom for every job: nothing matches (its
+# answers are wrong, or the same stored one for two inputs: output_reused).
 import torch
 import torch.nn as nn
 import triton
