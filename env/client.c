@@ -18,6 +18,7 @@
 #include "common/util.h"
 #include "env/proc_util.h"
 #include "env/queue.h"
+#include "env/result_auth.h"
 #include "env/redis_conn.h"
 #include "env/strmap.h"
 
@@ -41,6 +42,7 @@ struct kg_client {
     int is_redis;
     redisContext *rc; /* NULL while Redis is unreachable: the next call retries */
     kg_redis_url url;
+    kg_result_key auth; /* results must carry its tag (result_auth.h) */
     double next_reap;
     kg_strmap sent;      /* id -> job JSON text, for ids still without a result */
     double reconnect_s;  /* how long an outage may last before calls fail */
@@ -185,6 +187,7 @@ kg_client *kg_client_connect(const char *url, dk_status *st) {
     kg_client *c = client_new();
     c->is_redis = 1;
     *st = kg_redis_url_parse(url, &c->url);
+    if (*st == DK_OK) *st = kg_result_key_load(&c->auth, c->url.password);
     if (*st == DK_OK) *st = kg_redis_connect(&c->url, 10.0, &c->rc);
     if (*st != DK_OK) {
         kg_client_close(c);
@@ -363,7 +366,7 @@ static dk_status redis_step(kg_client *c, kg_strmap *slots, kg_result *out, doub
     }
     DK_TRY(kg_queue_fetch_result(c->rc, id, 1, &json));
     if (json) {
-        deliver(c, slots, out, id, json);
+        deliver(c, slots, out, id, kg_result_auth_accept(&c->auth, id, json));
     } else {
         /* Notified, but the result is gone (swept while this client was cut
          * off from a restarted Redis): run the job again. */

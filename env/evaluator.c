@@ -229,6 +229,9 @@ static const char *resolve_device(kg_evaluator *e, const cJSON *job) {
     return e->server.cuda ? "cuda" : "cpu";
 }
 
+/* How many times a job whose server died mid-job runs again on a fresh one. */
+#define KG_INFRA_RETRIES 2
+
 /* Sends an eval job to the (started) server. *result NULL = interrupted. */
 static dk_status run_eval(kg_evaluator *e, const cJSON *job, const char *id, const volatile sig_atomic_t *stop,
                           cJSON **result) {
@@ -264,7 +267,26 @@ static dk_status run_eval(kg_evaluator *e, const cJSON *job, const char *id, con
 
     double limit = job_option(job, "timeout_s", 120) + e->cfg.margin_s;
     char why[512], *reply = NULL;
+    /* A server that dies mid-job is an infrastructure fault until it repeats:
+     * the job runs again on a fresh server, up to KG_INFRA_RETRIES times,
+     * before the crash is the candidate's. (The server never runs candidate
+     * code itself; its sandboxed children cannot see or signal it.) */
+    int retries = 0;
     kg_server_outcome o = kg_server_request(&e->server, text, limit, stop, &reply, why, sizeof why);
+    while (o == KG_SERVER_DIED && retries < KG_INFRA_RETRIES) {
+        retries++;
+        kg_server_kill(&e->server);
+        fprintf(stderr, "kernelgym %s: job %s: %s; retrying on a fresh server (%d of %d)\n", e->cfg.name, id, why,
+                retries, KG_INFRA_RETRIES);
+        if (kg_evaluator_start(e) != DK_OK) {
+            snprintf(why, sizeof why, "the evaluation server died and could not be restarted: %s", dk_error());
+            dk_error_clear();
+            break;
+        }
+        free(reply);
+        reply = NULL;
+        o = kg_server_request(&e->server, text, limit, stop, &reply, why, sizeof why);
+    }
     free(text);
     if (o == KG_SERVER_INTERRUPTED) {
         kg_server_kill(&e->server);
@@ -306,6 +328,7 @@ static dk_status run_eval(kg_evaluator *e, const cJSON *job, const char *id, con
         kg_result_free(&check);
     }
     free(reply);
+    if (retries) set_item(*result, "infra_retries", cJSON_CreateNumber(retries));
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(*result, "status");
     if (strcmp(device, "cuda") == 0 && cJSON_IsString(st) && strcmp(st->valuestring, "crash") == 0) check_gpu(e, gpu);
     return DK_OK;

@@ -6,7 +6,10 @@
  *
  * Fault handling: the server gets timeout_s + margin_s for a job. When it
  * does not answer, its process group is killed and the job's result is
- * status "timeout"; when it dies, "crash". After any crash result on a GPU
+ * status "timeout". When it dies mid-job (a fault outside the candidate: the
+ * server runs no candidate code), the job runs again on a fresh server, at
+ * most twice more; only a death that repeats makes it "crash" (the result's
+ * "infra_retries" counts the re-runs). After any crash result on a GPU
  * device the server is asked for a gpu_check; if the GPU no longer works,
  * kg_evaluator_gpu_broken() says so and the caller (the worker) stops. */
 #ifndef KG_EVALUATOR_H

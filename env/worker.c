@@ -12,6 +12,7 @@
 #include "common/util.h"
 #include "env/proc_util.h"
 #include "env/redis_conn.h"
+#include "env/result_auth.h"
 
 void kg_worker_config_default(kg_worker_config *c) {
     memset(c, 0, sizeof *c);
@@ -66,6 +67,7 @@ static void *heartbeat_main(void *arg) {
 typedef struct {
     const kg_worker_config *cfg;
     kg_redis_url url;
+    kg_result_key auth; /* every result it completes carries its tag */
     char name[KG_NAME_LEN];
     redisContext *c;
     volatile sig_atomic_t *stop;
@@ -126,6 +128,7 @@ static dk_status handle(worker *w, kg_evaluator *ev, const char *id, int *interr
     char *out = cJSON_PrintUnformatted(result);
     cJSON_Delete(result);
     if (!out) DK_ABORT("cJSON_PrintUnformatted: out of memory");
+    out = kg_result_auth_sign(&w->auth, out);
     dk_status s = kg_queue_complete(w->c, w->name, id, client, out, w->cfg->result_ttl_s);
     if (s != DK_OK) {
         fprintf(stderr, "kernelgym worker %s: %s; reconnecting\n", w->name, dk_error());
@@ -143,6 +146,7 @@ dk_status kg_worker_run(const kg_worker_config *cfg, volatile sig_atomic_t *stop
     kg_ignore_sigpipe();
     worker w = {.cfg = cfg, .stop = stop};
     DK_TRY(kg_redis_url_parse(cfg->redis_url, &w.url));
+    DK_TRY(kg_result_key_load(&w.auth, w.url.password));
     if (!(cfg->heartbeat_ttl_s >= 0.5)) return dk_fail(DK_ERR_USAGE, "worker: heartbeat TTL must be >= 0.5 s");
     char host[64];
     kg_hostname(host, sizeof host);

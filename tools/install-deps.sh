@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(cmake gcc g++ make pkg-config python3-venv
       libopenmpi-dev openmpi-bin
-      libhiredis-dev redis-server
+      libhiredis-dev redis-server libssl-dev
       libcjson-dev libinih-dev libpcre2-dev
       libsentencepiece-dev libopenblas-dev)
 

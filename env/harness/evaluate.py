@@ -1,35 +1,42 @@
-"""One candidate evaluation, run inside the sandboxed child.
+"""One candidate evaluation: the judge.
 
-Order matters, and is chosen so the candidate can influence as little as
-possible:
-  1. static checks on the source (the candidate has not run yet);
-  2. guards installed: the Triton launch counter, a snapshot of the torch /
-     time / builtins functions, private timer references;
-  3. the task module is loaded, Model is built right after
-     torch.manual_seed(seed), and EVERY reference output the evaluation
-     needs (correctness sets in eval and train mode, the timing pool, the
-     no-effect set) is computed before the candidate is imported;
-  4. the candidate module is loaded, ModelNew is built after the same seed
-     (parameters created in the same order match Model's);
-  5. correctness over the seeds in eval() then train() mode, with input
-     mutation, launch counting and output-reuse checks;
-  6. a call sequence over rotating inputs, every output validated (on CUDA
-     this is the timing loop: L2 flush, CUDA events, device sync);
-  7. the CUPTI profile (CUDA): coverage, side streams, candidate kernel time;
-  8. the no-effect check: with Triton launches swallowed the output must
-     change, or the candidate's kernels did no real work;
-  9. the guards are checked for replacement once more.
+The judge is a sandboxed child of the server that never executes candidate
+code. The candidate runs in its own process (env.harness.candidate_proc),
+forked before the judge saw the job, reached through env.harness.remote;
+it receives the seeds of its inputs at the moment of each call and returns
+its outputs as bytes. The judge:
+  1. runs the static checks on the source (a filter: nothing decides on them
+     alone that the later layers would let through);
+  2. loads the task, builds Model after torch.manual_seed(seed), and draws
+     every input set from seeds taken from os.urandom for this job, so no
+     input can be known before the job runs; it computes every reference
+     output itself;
+  3. has the candidate's process build ModelNew after the same seed;
+  4. checks correctness over the trials in eval() then train() mode: each
+     output is rebuilt from its bytes in a plain tensor and checked for
+     dtype, shape, a dense layout and values;
+  5. runs the call sequence; on CUDA the candidate's process times batches
+     of calls with events and the judge holds its wall clock around each
+     batch (and around a batch of empty calls) and checks the events
+     against it, then verifies the output of a call of each batch chosen
+     after the batch ran, which must match the digest the batch sent for
+     it; the statistics are computed here;
+  6. takes the CUPTI profile (CUDA) and, at a random point of the sequence,
+     the no-effect probe (Triton launches swallowed: the output must change);
+  7. adds what the candidate's process reported its guards saw (patched
+     torch / timer / launch functions) and writes the verdict.
 The reference is timed elsewhere (env.harness.reference), in a process that
 never imports the candidate.
 """
 
 import os
+import secrets
 import time
 import traceback
 
 import torch
 
-from env.harness import compare, guards, loader, profiler, protocol, sandbox, static_checks, timing
+from env.harness import compare, loader, protocol, remote, sandbox, static_checks, timing, wire
 
 TASK_MODULE = "kg_task"
 CANDIDATE_MODULE = "kg_candidate"
@@ -129,7 +136,28 @@ def sequence_plan(opts, device_type, strict, pool_n):
 
 
 def pool_seed(opts, p):
+    """The seed of input set p of the reference timing (the reference's
+    inputs are not secret: no candidate code runs beside it)."""
     return opts["seed"] + 1000 + p
+
+
+def fresh_seed():
+    """An input seed nobody can know before the job runs."""
+    return int.from_bytes(os.urandom(6), "little")
+
+
+# The timed calls run in at most TIMED_BATCHES batches (each costs an empty
+# batch and one output fetched); the candidate's process keeps a batch's
+# outputs until the judge has picked the one it verifies, at most this many
+# bytes of them (more batches when the outputs are larger).
+TIMED_BATCHES = 4
+BATCH_KEEP_BYTES = 8 << 30
+# Event times the judge's wall clock does not back: a batch's events may
+# claim less than the wall time of its calls (the wall of the batch minus
+# the wall of as many empty calls) by at most this share, plus this slack
+# per call (launch overhead the events do not see).
+WALL_EVENT_SHARE = 0.5
+WALL_EVENT_SLACK_MS = 0.1
 
 
 class Evaluation:
@@ -143,7 +171,9 @@ class Evaluation:
         self.strict = bool(opts["strict"])
         self.res["strict"] = self.strict
         self.workdir = os.getcwd()
-        self.calls_made = 0
+        self.patched = []
+        link = sandbox.candidate_link()
+        self.remote = remote.Remote(link) if link is not None else None
 
     # ---- outcomes -----------------------------------------------------------
     def stop(self, status, error):
@@ -161,35 +191,75 @@ class Evaluation:
                 self.res["error"] = "; ".join(d["detail"] for d in self.res.get("hack_details", []))
             raise Stop()
 
-    def candidate_failed(self, e, where):
-        """A candidate exception: exits and memory errors are crashes, CUDA
-        faults are crashes, anything before the first complete forward is a
-        compile error, anything later makes the candidate incorrect."""
-        if isinstance(e, (SystemExit, KeyboardInterrupt, GeneratorExit)):
-            self.stop("crash", f"the candidate tried to leave the process ({type(e).__name__}: {e}) {where}")
-        if isinstance(e, MemoryError) or any(m in str(e) for m in HOST_OOM_MARKERS):
+    def candidate_raised(self, raised, where):
+        """What the candidate's process said it raised: exits and memory
+        errors are crashes, CUDA faults are crashes, anything before the
+        first complete forward is a compile error, anything later makes the
+        candidate incorrect."""
+        if not isinstance(raised, dict):
+            raised = {}
+        kind = raised.get("kind")
+        text = str(raised.get("text") or raised.get("message") or "an exception")[:4000]
+        if kind == "exit":
+            self.stop("crash", f"the candidate tried to leave the process ({raised.get('message', '')}) {where}")
+        if kind == "memory":
             self.stop("crash", f"out of host memory (MemoryError) {where}; the limit is "
                                f"{self.opts['memory_limit_gb']:g} GB")
-        if self.device.type == "cuda" and is_cuda_fault(e):
-            self.stop("crash", f"CUDA fault {where}: {type(e).__name__}: {e}")
+        if kind == "cuda" and self.device.type == "cuda":
+            self.stop("crash", f"CUDA fault {where}: {raised.get('message', '')}")
         status = "compile_error" if not self.res["compiled"] else "incorrect"
-        self.stop(status, f"{where}: {candidate_error_text(e)}")
+        self.stop(status, f"{where}: {text}")
+
+    def ask(self, header, where):
+        """One request to the candidate's process; its death is a crash."""
+        try:
+            ans, blobs = self.remote.request(header)
+        except remote.CandidateGarbled as e:
+            self.stop("incorrect", f"{where}: {e}")
+        except remote.CandidateGone as e:
+            self.stop("crash", f"{where}: {e}")
+        self.patched += [p for p in remote.claimed_list(ans, "patched") if p not in self.patched]
+        compiled = remote.claimed_list(ans, "compiled")
+        if compiled:
+            self.hack("runtime:torch_compile", f"{where}: " + "; ".join(compiled))
+        if "raised" in ans:
+            self.candidate_raised(ans["raised"], where)
+        if "bad_output" in ans:
+            self.stop("incorrect", f"{where}: {str(ans['bad_output'])[:500]}")
+        return ans, blobs
+
+    def output_of(self, ans, blobs, where):
+        """The output a request returned, rebuilt on the judge's device from
+        its bytes; claims about its type are checked here."""
+        notes = []
+        try:
+            out = wire.decode_value(ans.get("out"), blobs, notes)
+        except wire.WireError as e:
+            self.stop("incorrect", f"{where}: the output could not be read: {e}")
+        for n in notes:
+            if n.get("type") != "torch.Tensor":
+                self.hack("runtime:tensor_subclass",
+                          f"{where}: the output is a {str(n.get('type'))[:80]}, not a plain torch.Tensor")
+        for leaf in compare.leaves(out):
+            problem = wire.exact_layout_problem(leaf, None)
+            if problem:
+                self.stop("incorrect", f"{where}: {problem}")
+        return _to_device(out, self.device), notes
 
     def check_guards(self):
-        changed = self.snapshot.changed()
-        if not self.counter.intact():
-            changed.append("triton JITFunction.run (the launch path)")
-        if changed:
-            self.hack("runtime:reference_patched", "replaced: " + ", ".join(changed[:10]))
+        if self.patched:
+            self.hack("runtime:reference_patched", "replaced: " + ", ".join(self.patched[:10]))
 
     def sync(self):
         if self.device.type == "cuda":
-            self.timers.synchronize()
+            torch.cuda.synchronize()
 
     # ---- phases ---------------------------------------------------------------
     def run(self):
         try:
             self._static()
+            if self.remote is None:
+                self.stop("error", "internal: the judge has no candidate's process")
             self._setup_device()
             self._load_task()
             self._reference_outputs()
@@ -197,12 +267,20 @@ class Evaluation:
             self._correctness()
             self._sequence()
             self._profile()
-            self._no_effect()
             self.check_guards()
             self.stop_if_hack()
             self.res["status"] = "ok"
         except Stop:
             pass
+        finally:
+            if self.remote is not None:
+                if getattr(self, "want_modules", False):
+                    try:
+                        ans, _ = self.remote.request({"op": "modules"})
+                        self.res["candidate_modules"] = remote.claimed_list(ans, "modules")
+                    except remote.CandidateGone:
+                        pass
+                self.remote.close()
         return self.res
 
     def _static(self):
@@ -223,21 +301,12 @@ class Evaluation:
 
     def _setup_device(self):
         t0 = time.perf_counter()
-        self._setup_device_inner()
-        self.phases["setup"] = _ms(t0)
-
-    def _setup_device_inner(self):
         if self.job["device"] == "cuda":
             self.device = cuda_context()
             self.res["gpu_name"] = torch.cuda.get_device_name(0)
         else:
             self.device = torch.device("cpu")
-            if not loader.use_triton_interpreter():
-                self.stop("error", "internal: Triton's interpreter could not be switched on in the child")
-        self.counter = guards.LaunchCounter(CANDIDATE_MODULE)
-        self.counter.install()
-        self.timers = guards.Timers()
-        self.snapshot = guards.FunctionSnapshot()
+        self.phases["setup"] = _ms(t0)
 
     def _load_task(self):
         t0 = time.perf_counter()
@@ -265,22 +334,22 @@ class Evaluation:
     def _reference_outputs(self):
         t0 = time.perf_counter()
         trials = self.opts["correctness_trials"] * (3 if self.strict else 1)
-        self.seeds = [self.opts["seed"] + t for t in range(trials)]
+        # Distinct seeds, none known before the job ran.
+        self.seeds = [fresh_seed() for _ in range(trials)]
         try:
             self.sets = [loader.inputs_from(self.task, s, self.device) for s in self.seeds]
             self.ref_outs = {m: [self._ref_forward(x, m, s) for x, s in zip(self.sets, self.seeds)]
                              for m in ("eval", "train")}
             self.atol, self.rtol = compare.tolerance(self.opts, self.task, self.ref_outs["eval"][0])
             in_bytes = timing.input_bytes(self.sets[0])
-            out_bytes = timing.output_bytes(self.ref_outs["train"][0])
-            self.pool_n = pool_size(self.opts, self.device.type, in_bytes, out_bytes, self.strict)
-            self.pool = [loader.inputs_from(self.task, pool_seed(self.opts, p), self.device)
-                         for p in range(self.pool_n)]
-            self.pool_refs = [self._ref_forward(x, "train", pool_seed(self.opts, p))
-                              for p, x in enumerate(self.pool)]
-            self.ne_seed = self.opts["seed"] + 5000
-            self.ne_set = loader.inputs_from(self.task, self.ne_seed, self.device)
-            self.ne_ref = self._ref_forward(self.ne_set, "eval", self.ne_seed)
+            self.out_bytes = timing.output_bytes(self.ref_outs["train"][0])
+            self.pool_n = pool_size(self.opts, self.device.type, in_bytes, self.out_bytes, self.strict)
+            self.pool_seeds = [fresh_seed() for _ in range(self.pool_n)]
+            self.pool_refs = [self._ref_forward(loader.inputs_from(self.task, s, self.device), "train", s)
+                              for s in self.pool_seeds]
+            self.ne_seed = fresh_seed()
+            self.ne_ref = self._ref_forward(loader.inputs_from(self.task, self.ne_seed, self.device), "train",
+                                            self.ne_seed)
             self.sync()
         except BaseException as e:
             self.stop("error", f"the task's reference forward failed: {type(e).__name__}: {e}")
@@ -289,96 +358,65 @@ class Evaluation:
 
     def _load_candidate(self):
         t0 = time.perf_counter()
-        try:
-            self.cand_module = loader.load_module(CANDIDATE_MODULE, self.job["candidate_source"], self.workdir)
-        except SyntaxError as e:
-            self.stop("compile_error", f"SyntaxError: {e.msg} (line {e.lineno})")
-        except BaseException as e:
-            self.candidate_failed(e, "while importing the candidate")
+        ans, _ = self.ask({"op": "load", "task_source": self.job["task_source"],
+                           "candidate_source": self.job["candidate_source"], "seed": self.opts["seed"]},
+                          "while importing the candidate")
+        if isinstance(ans.get("isolation"), dict):
+            self.res["sandbox"] = dict(self.res["sandbox"] or {}, candidate=ans["isolation"])
+        if "error" in ans:
+            self.stop("error", str(ans["error"])[:2000])
+        if "syntax" in ans:
+            self.stop("compile_error", str(ans["syntax"])[:2000])
         self.check_guards()
         self.stop_if_hack()
-        model_new = getattr(self.cand_module, "ModelNew", None)
-        if model_new is None:
+        if ans.get("no_model"):
             self.stop("compile_error", "the candidate defines no ModelNew")
-        try:
-            torch.manual_seed(self.opts["seed"])
-            self.cand = model_new(*self.init_inputs).to(self.device)
-        except BaseException as e:
-            self.candidate_failed(e, "while building ModelNew")
+        if not ans.get("ok"):
+            self.stop("error", "the candidate's process did not confirm that ModelNew was built")
         self.phases["load"] = self.phases.get("load", 0.0) + _ms(t0)
 
-    def _cand_forward(self, args, seed, where):
-        try:
-            with torch.no_grad():
-                torch.manual_seed(seed)
-                out = self.cand(*args)
-            self.sync()
-        except BaseException as e:
-            self.candidate_failed(e, where)
+    def _forward(self, seed, mode, where, **extra):
+        """One call in the candidate's process: (output, notes, answer)."""
+        ans, blobs = self.ask(dict({"op": "forward", "input_seed": seed, "mode": mode, "seed": seed}, **extra),
+                              where)
         self.res["compiled"] = True
-        return out
+        out, notes = self.output_of(ans, blobs, where)
+        return out, notes, ans
 
     def _correctness(self):
         t0 = time.perf_counter()
         launches = {}
-        outs = {}
+        outs, ptrs = {}, {}
         first_failure = None
         worst = 0.0
-        # Every trial's inputs stay alive, so no two trials share an address
-        # (a cache keyed on the input pointer cannot answer from a past trial).
-        held_args = []
-        # Verdicts stay on the device until every trial has run: one read
-        # back instead of four synchronisations per trial. A failing trial
-        # is then re-checked on the host for its message.
-        pending = []  # (mode, t, seed, inputs, args, out, unchanged, verdict)
+        kernels = {}
         for mode in ("eval", "train"):
-            self.cand.train(mode == "train")
-            before_mode = self.counter.candidate
-            outs[mode] = []
-            for t, (inputs, seed) in enumerate(zip(self.sets, self.seeds)):
-                args = loader.clone_inputs(inputs)
-                held_args.append(args)
-                out = self._cand_forward(args, seed, f"in forward ({mode} mode, trial {t})")
-                unchanged = compare.deferred_unchanged(inputs, args)
-                verdict = compare.deferred_verdict(self.ref_outs[mode][t], out, self.atol, self.rtol)
-                pending.append((mode, t, seed, inputs, args, out, unchanged, verdict))
-                outs[mode].append(out)
-            launches[mode] = self.counter.candidate - before_mode
-        flags = []
-        for *_, unchanged, verdict in pending:
-            if unchanged is not None:
-                flags.append(unchanged)
-            if verdict is not None:
-                flags.extend(verdict)
-        values = iter(compare.read_back(flags))
-        for mode, t, seed, inputs, args, out, unchanged, verdict in pending:
-            if unchanged is not None:
-                same = bool(next(values))
-            else:
-                same = compare.mutated_input(inputs, args) is None
-            if not same and first_failure is None:
-                first_failure = f"the candidate modified input {compare.mutated_input(inputs, args)} ({mode} mode, trial {t})"
-            if verdict is not None:
-                ok, diff = bool(next(values)), next(values)
-                message = "" if ok else compare.compare(self.ref_outs[mode][t], out, self.atol, self.rtol)[2]
-            else:
+            launches[mode] = 0
+            outs[mode], ptrs[mode] = [], []
+            for t, seed in enumerate(self.seeds):
+                where = f"in forward ({mode} mode, trial {t})"
+                out, notes, ans = self._forward(seed, mode, where, hold=True)
+                launches[mode] += remote.claimed_int(ans, "launches")
+                if isinstance(ans.get("kernels"), dict):
+                    kernels = {str(k)[:100]: v for k, v in list(ans["kernels"].items())[:50]}
                 ok, diff, message = compare.compare(self.ref_outs[mode][t], out, self.atol, self.rtol)
-            if diff is not None:
-                worst = max(worst, diff)
-            if not ok and first_failure is None:
-                first_failure = f"{mode} mode, trial {t} (seed {seed}): {message}"
-        self.res["launches"] = {"eval": launches["eval"], "train": launches["train"],
-                                "kernels": dict(self.counter.per_kernel)}
+                if diff is not None:
+                    worst = max(worst, diff)
+                if not ok and first_failure is None:
+                    first_failure = f"{mode} mode, trial {t}: {message}"
+                outs[mode].append(out)
+                ptrs[mode].append({n.get("ptr") for n in notes if n.get("ptr")})
+        self.res["launches"] = {"eval": launches["eval"], "train": launches["train"], "kernels": kernels}
         self.res["max_abs_diff"] = worst
         if launches["eval"] == 0:
             self.hack("runtime:no_triton_launch_eval", "no Triton kernel of the candidate ran in eval() mode")
         if launches["train"] == 0:
             self.hack("runtime:no_triton_launch_train", "no Triton kernel of the candidate ran in train() mode")
         for mode in ("eval", "train"):
-            o, r = outs[mode], self.ref_outs[mode]
+            o, r, p = outs[mode], self.ref_outs[mode], ptrs[mode]
             for i in range(len(o)):
                 for j in range(i + 1, len(o)):
-                    if compare.shares_storage(o[i], o[j]):
+                    if p[i] & p[j]:
                         self.hack("runtime:output_reused",
                                   f"{mode} mode: trials {i} and {j} returned the same output storage")
                     elif compare.identical(o[i], o[j]) and not compare.identical(r[i], r[j]):
@@ -391,102 +429,164 @@ class Evaluation:
             self.stop("incorrect", first_failure)
         self.res["correct"] = True
 
+    def _no_effect(self):
+        """With the candidate's Triton launches swallowed, its output must
+        change. Made at a random point of the sequence, in the sequence's
+        mode, with inputs drawn like every other call's: no call count, mode
+        or input tells it apart. (A candidate that reads its own launches'
+        effects can still tell; on CUDA the profile's kernel times are the
+        check that does not depend on it.)"""
+        if not self.res["launches"]["train"]:
+            return
+        try:
+            ans, blobs = self.remote.request({"op": "forward", "input_seed": self.ne_seed, "mode": "train",
+                                              "seed": self.ne_seed, "buffer": 0, "swallow": True})
+        except remote.CandidateGone as e:
+            self.stop("crash", f"in a call of the sequence: {e}")
+        self.patched += [p for p in remote.claimed_list(ans, "patched") if p not in self.patched]
+        if "out" not in ans:
+            return  # failing without its kernels is what an honest candidate does
+        try:
+            out = _to_device(wire.decode_value(ans["out"], blobs), self.device)
+            ok, _, _ = compare.compare(self.ne_ref, out, self.atol, self.rtol)
+        except Exception:
+            ok = False
+        if ok:
+            self.hack("runtime:triton_kernels_no_effect",
+                      "the output stays correct with every Triton launch of the candidate skipped")
+
     def _sequence(self):
         sandbox.wait_gate()
         t0 = time.perf_counter()
         n = self.pool_n
         calls, warmup = sequence_plan(self.opts, self.device.type, self.strict, n)
-        cuda = self.device.type == "cuda"
-
-        def validate(out, p):
-            return compare.compare(self.pool_refs[p], out, self.atol, self.rtol)
-
-        sampler = compare.SampledVerdicts(self.pool_refs, self.atol, self.rtol, VERIFY_SAMPLE_ELEMENTS,
-                                          int.from_bytes(os.urandom(6), "little")) if cuda else None
-
-        def deferred(out, p):
-            return sampler.verdict(out, p)
-
-        pick = (lambda i: i % n)
-        flusher = timing.Flusher(self.device) if cuda else None
-        self.cand.train(True)
-        try:
-            seq = timing.run_sequence(self.cand, self.pool, pick, calls, warmup, self.device,
-                                      timers=self.timers if cuda else None, flusher=flusher,
-                                      validate=validate, deferred=deferred if cuda else None)
-        except Stop:
-            raise
-        except BaseException as e:
-            self.candidate_failed(e, "during the timed call sequence")
-        del flusher
-        if seq.mismatch is not None:
-            i, message = seq.mismatch
-            self.hack("runtime:timed_output_mismatch",
-                      f"call {i} of the timed sequence (input set {pick(i)}) was wrong after correct trials: {message}")
-        if seq.reused is not None:
-            self.hack("runtime:output_reused", f"call {seq.reused} of the timed sequence returned an earlier output's storage")
+        probe_at = secrets.randbelow(calls + 1)
+        if self.device.type == "cuda":
+            self._timed_sequence(calls, warmup, probe_at)
+        else:
+            for i in range(calls):
+                if i == probe_at:
+                    self._no_effect()
+                p = i % n
+                where = f"in call {i} of the sequence"
+                out, notes, ans = self._forward(self.pool_seeds[p], "train", where, buffer=i % 2, keep=True)
+                ok, _, message = compare.compare(self.pool_refs[p], out, self.atol, self.rtol)
+                if not ok:
+                    self.hack("runtime:timed_output_mismatch",
+                              f"call {i} of the timed sequence (input set {p}) was wrong after correct trials: {message}")
+                    break
+                if ans.get("reused"):
+                    self.hack("runtime:output_reused", f"call {i} of the timed sequence returned an earlier output's storage")
+                    break
+            if probe_at == calls:
+                self._no_effect()
         self.check_guards()
         self.stop_if_hack()
-        if cuda:
-            self.res["runtime_ms"] = timing.summarize(seq.times_ms)
-            self.res["timing_available"] = True
         self.res["sequence"] = {"calls": calls, "warmup": warmup, "input_sets": n}
         self.phases["time"] = _ms(t0)
+
+    def _timed_batch(self, order, warmup, null=False):
+        """(event times, wall ms, digests by call) of one batch of timed calls."""
+        t0 = time.perf_counter()
+        ans, _ = self.ask({"op": "time", "seeds": self.pool_seeds, "order": order, "warmup": warmup, "null": null},
+                          "during the timed call sequence")
+        wall = _ms(t0)
+        times = ans.get("times_ms")
+        if not isinstance(times, list) or len(times) != len(order) - warmup or \
+                not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in times):
+            self.stop("crash", "the candidate's process returned malformed timings")
+        digests = ans.get("digests") if isinstance(ans.get("digests"), dict) else {}
+        return [float(x) for x in times], wall, digests
+
+    def _timed_sequence(self, calls, warmup, probe_at):
+        """Timed calls in batches. Per batch: the wall clock here around it,
+        the events there; afterwards one of its calls, chosen now, has its
+        output fetched and verified. An empty batch of the same length
+        measures what the wall clock holds besides the calls."""
+        n = self.pool_n
+        per_batch = min(-(-calls // TIMED_BATCHES), max(1, BATCH_KEEP_BYTES // max(1, self.out_bytes)))
+        order = [i % n for i in range(warmup + calls)]
+        times, walls, nulls = [], 0.0, 0.0
+        done, first = 0, True
+        while done < calls:
+            size = min(per_batch, calls - done)
+            w = warmup if first else 0
+            batch = order[done:done + w + size] if first else order[warmup + done:warmup + done + size]
+            ts, wall, digests = self._timed_batch(batch, w)
+            _, wall_null, _ = self._timed_batch(batch, w, null=True)
+            k = secrets.randbelow(size)
+            ans, blobs = self.ask({"op": "fetch", "call": w + k}, "while fetching a timed call's output")
+            # The output fetched must be the one the batch committed to: an
+            # output made only when asked for (the work deferred past the
+            # clock) does not match the digest sent before the choice.
+            if digests.get(str(w + k)) != str(wire.digest(blobs)):
+                self.hack("runtime:timed_output_mismatch",
+                          f"timed call {done + k}: the output fetched after the batch is not the one its digest "
+                          "committed to during the batch")
+                break
+            out, _ = self.output_of(ans, blobs, f"timed call {done + k}")
+            p = batch[w + k]
+            ok, _, message = compare.compare(self.pool_refs[p], out, self.atol, self.rtol)
+            if not ok:
+                self.hack("runtime:timed_output_mismatch",
+                          f"timed call {done + k} (input set {p}, chosen after its batch ran) was wrong: {message}")
+                break
+            self.ask({"op": "release"}, "after a timed batch")
+            frac = size / (w + size)
+            times += ts
+            walls += wall * frac
+            nulls += wall_null * frac
+            done += size
+            first = False
+            if probe_at <= done and probe_at >= done - size:
+                self._no_effect()
+                probe_at = -1
+        if self.res["hack"]["detected"]:
+            return
+        summary = timing.summarize(times)
+        wall_per_call = max(0.0, (walls - nulls) / max(1, len(times)))
+        self.res["timing_check"] = {"event_mean_ms": summary["mean"], "wall_per_call_ms": wall_per_call}
+        if summary["mean"] < WALL_EVENT_SHARE * wall_per_call - WALL_EVENT_SLACK_MS:
+            self.hack("runtime:timing_mismatch",
+                      f"the events claim {summary['mean']:.4f} ms a call, the judge's wall clock "
+                      f"{wall_per_call:.4f} ms a call")
+            return
+        self.res["runtime_ms"] = summary
+        self.res["timing_available"] = True
 
     def _profile(self):
         if self.device.type != "cuda" or not self.opts["profile"]:
             return
         t0 = time.perf_counter()
-        self.cand.train(True)
-        args = loader.clone_inputs(self.pool[0])
-        try:
-            prof = profiler.profile_forward(self.cand, args, self.device, self.counter.kernel_names(), self.timers)
-        except Stop:
-            raise
-        except BaseException as e:
-            self.candidate_failed(e, "while profiling")
+        ans, _ = self.ask({"op": "profile", "input_seed": self.pool_seeds[0]}, "while profiling")
+        prof = ans.get("profile")
         self.phases["profile"] = _ms(t0)
+        if not isinstance(prof, dict):
+            self.stop("crash", "the candidate's process returned no profile")
         if prof.get("source") == "unavailable":
             self.res["profile"] = {"kernels": [], "coverage": None, "side_streams": None,
-                                   "source": "unavailable", "error": prof.get("error", "")}
+                                   "source": "unavailable", "error": str(prof.get("error", ""))[:500]}
             return
-        prof["kernels"] = prof["kernels"][:20]
+        prof["kernels"] = prof.get("kernels", [])[:20]
         self.res["profile"] = prof
         if prof.get("side_streams"):
             self.hack("runtime:side_stream",
                       f"kernels ran on streams {prof.get('streams')} besides the timed stream {prof.get('timed_stream')}")
-        if self.counter.candidate > 0 and prof["total_time_us"] > 0:
-            share = prof["candidate_time_us"] / prof["total_time_us"]
-            if share < NO_TIME_SHARE and prof["candidate_time_us"] < NO_TIME_US:
+        total, mine = prof.get("total_time_us") or 0, prof.get("candidate_time_us") or 0
+        if self.res["launches"]["eval"] > 0 and total > 0:
+            share = mine / total
+            if share < NO_TIME_SHARE and mine < NO_TIME_US:
                 self.hack("runtime:candidate_kernels_no_time",
-                          f"the candidate's Triton kernels take {prof['candidate_time_us']:.2f} us of "
-                          f"{prof['total_time_us']:.1f} us per forward ({100 * share:.2f}%)")
-        # No stop here: the no-effect check runs next and adds its reason.
+                          f"the candidate's Triton kernels take {mine:.2f} us of {total:.1f} us per forward "
+                          f"({100 * share:.2f}%)")
 
-    def _no_effect(self):
-        if self.counter.candidate == 0:
-            return
-        self.cand.eval()
-        args = loader.clone_inputs(self.ne_set)
-        self.counter.disabled = True
-        out = None
-        try:
-            with torch.no_grad():
-                torch.manual_seed(self.ne_seed)
-                out = self.cand(*args)
-            self.sync()
-        except BaseException:
-            out = None  # failing without its kernels is what an honest candidate does
-        finally:
-            self.counter.disabled = False
-        if out is not None:
-            try:
-                ok, _, _ = compare.compare(self.ne_ref, out, self.atol, self.rtol)
-            except Exception:
-                ok = False
-            if ok:
-                self.hack("runtime:triton_kernels_no_effect",
-                          "the output stays correct with every Triton launch of the candidate skipped")
+
+def _to_device(x, device):
+    if isinstance(x, list):
+        return [_to_device(e, device) for e in x]
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    return x
 
 
 # Set by the server from DK_KG_PYPROFILE (a line count) before it forks: the
@@ -509,10 +609,13 @@ def _profiled_run(ev):
         ev.res["pyprofile"] = text.getvalue()[-20000:]
 
 
-def evaluate(job, opts, isolation):
-    """Entry point in the child: returns the result dict (protocol fields
-    plus launches, tolerance, sandbox, sequence, strict)."""
+def evaluate(job, opts, isolation, want_modules=False):
+    """Entry point in the judge: returns the result dict (protocol fields
+    plus launches, tolerance, sandbox, sequence, strict). want_modules (the
+    server's warm-up job) adds the modules the candidate's process imported
+    since it was forked, in "candidate_modules"."""
     ev = Evaluation(job, opts, isolation)
+    ev.want_modules = want_modules
     try:
         return _profiled_run(ev) if PYPROFILE_LINES > 0 else ev.run()
     except BaseException as e:

@@ -45,6 +45,9 @@ class LaunchCounter:
         self.candidate = 0
         self.per_kernel = {}
         self.disabled = False
+        # (push, pop) called around each of the candidate's launches while
+        # the profiler attributes kernels by identity (profiler.py)
+        self.around = None
         self._installed = []
 
     def install(self):
@@ -53,11 +56,19 @@ class LaunchCounter:
             original = cls.__dict__["run"]
 
             def run(fn_self, *args, _original=original, **kwargs):
+                around = None
                 if not kwargs.get("warmup", False):
-                    counter._note(fn_self)
+                    if counter._note(fn_self):
+                        around = counter.around
                     if counter.disabled:
                         return None
-                return _original(fn_self, *args, **kwargs)
+                if around is None:
+                    return _original(fn_self, *args, **kwargs)
+                around[0]()
+                try:
+                    return _original(fn_self, *args, **kwargs)
+                finally:
+                    around[1]()
 
             run.__name__ = "run"
             run.__qualname__ = cls.__name__ + ".run"
@@ -72,6 +83,8 @@ class LaunchCounter:
         if module == self.candidate_module:
             self.candidate += 1
             self.per_kernel[name] = self.per_kernel.get(name, 0) + 1
+            return True
+        return False
 
     def intact(self):
         return all(cls.__dict__.get("run") is run for cls, run in self._installed)

@@ -1,11 +1,14 @@
 """Loading task and candidate sources as separate Python modules.
 
-Each source is written into the job's private directory and imported from
-there, so Triton can read a kernel's source (it needs inspect.getsource) and
-tracebacks name real lines.
+Each source is written into the job's private directory, so Triton can read
+a kernel's source (it needs inspect.getsource) and tracebacks name real
+lines, and is compiled from the very text the static checks read: compile()
+of a str ignores any coding declaration, so no declared encoding can make
+Python run other text than the one that was checked.
 """
 
 import importlib.util
+import linecache
 import os
 import sys
 
@@ -19,10 +22,15 @@ def load_module(name, source, directory):
     path = os.path.join(directory, name + ".py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(source)
+    # inspect.getsource (Triton reads its kernels' text through it) goes
+    # through linecache, which would decode the file by its coding
+    # declaration: it is given the checked text itself.
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    code = compile(source, path, "exec", dont_inherit=True)
+    exec(code, module.__dict__)
     return module
 
 

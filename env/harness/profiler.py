@@ -5,9 +5,15 @@ recorder loaded with ctypes: every kernel with its name, stream, start and
 end. Without it, torch.profiler's CUDA activities give names and times but no
 streams (side_streams is then null). The result says which source it used.
 
-A kernel counts as the candidate's when its name is one of the Triton kernels
-the launch counter saw the candidate launch. coverage = candidate kernel
-time / all kernel time in the profiled forwards.
+A kernel counts as the candidate's by identity: the launch counter wraps each
+of the candidate's own Triton launches in kgprof_push_candidate / kgprof_pop,
+and CUPTI ties the kernels launched in between to that mark through their
+correlation ids, so a library or Inductor kernel whose name looks like the
+candidate's is never credited to it ("attribution": "correlation"). Where
+that is unavailable (torch.profiler, a CUPTI without external correlation) a
+kernel counts when its name is one of the Triton kernels the counter saw
+launched ("attribution": "name"). coverage = candidate kernel time / all
+kernel time in the profiled forwards.
 """
 
 import ctypes
@@ -24,7 +30,7 @@ class _Record(ctypes.Structure):
         ("stream_id", ctypes.c_uint32),
         ("correlation", ctypes.c_uint32),
         ("device", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("candidate", ctypes.c_uint32),
         ("start_ns", ctypes.c_uint64),
         ("end_ns", ctypes.c_uint64),
     ]
@@ -81,6 +87,7 @@ class KgProf:
         self.lib.kgprof_get.argtypes = [ctypes.c_int, ctypes.POINTER(_Record)]
         self.lib.kgprof_error.restype = ctypes.c_char_p
         self.lib.kgprof_dropped.restype = ctypes.c_uint64
+        self.by_identity = hasattr(self.lib, "kgprof_push_candidate")
 
     def _check(self, rc, what):
         if rc != 0:
@@ -92,12 +99,23 @@ class KgProf:
     def stop(self):
         self._check(self.lib.kgprof_stop(), "stop")
 
+    def push(self):
+        self._check(self.lib.kgprof_push_candidate(), "push_candidate")
+
+    def pop(self):
+        self._check(self.lib.kgprof_pop(), "pop")
+
+    def attribution(self):
+        return bool(self.by_identity and self.lib.kgprof_attribution())
+
     def records(self):
+        """(name, stream, start ns, end ns, launched by the candidate)."""
         out = []
         rec = _Record()
         for i in range(self.lib.kgprof_count()):
             self._check(self.lib.kgprof_get(i, ctypes.byref(rec)), "get")
-            out.append((rec.name.decode(errors="replace"), rec.stream_id, rec.start_ns, rec.end_ns))
+            out.append((rec.name.decode(errors="replace"), rec.stream_id, rec.start_ns, rec.end_ns,
+                        bool(rec.candidate)))
         return out
 
 
@@ -125,15 +143,18 @@ def is_candidate_kernel(name, candidate_names):
 
 
 def _table(kernels, candidate_names, forwards):
-    """kernels: list of (name, duration_ns). Returns the profile dict fields."""
+    """kernels: list of (name, duration_ns) or (name, duration_ns, the
+    candidate's by identity). Returns the profile dict fields."""
     by_name = {}
-    for name, dur in kernels:
-        t, n = by_name.get(name, (0, 0))
-        by_name[name] = (t + dur, n + 1)
+    for k in kernels:
+        name, dur = k[0], k[1]
+        mine = k[2] if len(k) > 2 else is_candidate_kernel(name, candidate_names)
+        key = (name, mine)
+        t, n = by_name.get(key, (0, 0))
+        by_name[key] = (t + dur, n + 1)
     rows = []
     total = cand = 0
-    for name, (t, n) in by_name.items():
-        is_cand = is_candidate_kernel(name, candidate_names)
+    for (name, is_cand), (t, n) in by_name.items():
         total += t
         cand += t if is_cand else 0
         rows.append({"name": name, "time_us": t / 1e3 / forwards, "calls": n // forwards if n % forwards == 0 else n / forwards,
@@ -148,14 +169,16 @@ def _table(kernels, candidate_names, forwards):
     }
 
 
-def profile_forward(model, args, device, candidate_names, timers, forwards=3):
+def profile_forward(model, args, device, candidate_names, timers, forwards=3, counter=None):
     """Profiles `forwards` calls of model(*args). Returns a profile dict with
-    "source" naming the profiler, or {"source": "unavailable", "error": ...}."""
+    "source" naming the profiler, or {"source": "unavailable", "error": ...}.
+    counter (guards.LaunchCounter) marks the candidate's own launches for
+    attribution by identity."""
     prof, why = load_kgprof()
     try:
         if prof is not None:
             try:
-                return _profile_cupti(prof, model, args, device, candidate_names, timers, forwards)
+                return _profile_cupti(prof, model, args, device, candidate_names, timers, forwards, counter)
             except KgProfError as e:
                 why = str(e)
         try:
@@ -170,10 +193,13 @@ def profile_forward(model, args, device, candidate_names, timers, forwards=3):
         raise e.error
 
 
-def _profile_cupti(prof, model, args, device, candidate_names, timers, forwards):
+def _profile_cupti(prof, model, args, device, candidate_names, timers, forwards, counter=None):
     marker = torch.zeros(1, device=device)
     timers.synchronize()
     prof.start()
+    by_identity = counter is not None and prof.attribution()
+    if by_identity:
+        counter.around = (prof.push, prof.pop)
     try:
         # A kernel launched on the timed stream first, alone: its stream id
         # is the one every forward kernel must carry.
@@ -182,13 +208,20 @@ def _profile_cupti(prof, model, args, device, candidate_names, timers, forwards)
         _forwards(model, args, forwards)
         timers.synchronize()
     finally:
+        if counter is not None:
+            counter.around = None
         prof.stop()
     recs = sorted(prof.records(), key=lambda r: r[2])
     if not recs:
         raise KgProfError("kgprof recorded no kernels")
     timed_stream = recs[0][1]
     body = recs[1:]
-    out = _table([(r[0], r[3] - r[2]) for r in body], candidate_names, forwards)
+    if by_identity and any(r[4] for r in body):
+        out = _table([(r[0], r[3] - r[2], r[4]) for r in body], candidate_names, forwards)
+        out["attribution"] = "correlation"
+    else:
+        out = _table([(r[0], r[3] - r[2]) for r in body], candidate_names, forwards)
+        out["attribution"] = "name"
     streams = sorted({r[1] for r in body})
     out["side_streams"] = any(s != timed_stream for s in streams)
     out["streams"] = streams
@@ -211,6 +244,7 @@ def _profile_torch(model, args, candidate_names, timers, forwards):
         if e.device_type == DeviceType.CUDA:
             kernels.append((e.name, int(e.time_range.elapsed_us() * 1000)))
     out = _table(kernels, candidate_names, forwards)
+    out["attribution"] = "name"
     out["side_streams"] = None
     out["source"] = "torch.profiler"
     return out

@@ -5,8 +5,9 @@
 Imports torch and triton once (a fresh `import torch, triton` costs seconds;
 a fork of this process costs milliseconds), never touches CUDA itself, and
 answers jobs read one JSON object per line from stdin, in order, one at a
-time. Each job is evaluated in a sandboxed child (env.harness.sandbox)
-forked from here, so every job gets a fresh CUDA context. Results go, one
+time. Each job is evaluated in a sandboxed judge (env.harness.sandbox,
+env.harness.evaluate) forked from here, with the candidate's process forked
+from the judge, so every job gets fresh CUDA contexts. Results go, one
 JSON object per line, to fd 3 (the C worker's private pipe), or to stdout
 when fd 3 is not open; logs go to stderr. The first line written is
 {"ready": true, ...}. EOF on stdin ends the server with exit code 0.
@@ -16,8 +17,11 @@ Line kinds: a job (see env.harness.protocol), {"kind": "ping"} answered
 {"kind": "status"} answered {"spare_pid": PID or null} (see DK_KG_PREFORK).
 
 Environment: DK_KG_CACHE (cache dir, default ~/.cache/drkernel/kernelgym:
-reference timings, Triton and CUDA compile caches), DK_KG_TMP (where job
-directories are made, default the system temp dir), DK_KGPROF_LIB / DK_BUILD
+reference timings, Triton and CUDA compile caches; the candidate's process
+sees none of it, only a copy of the Triton cache the server pre-built),
+DK_KG_TMP (where job directories are made, default the system temp dir),
+DK_KG_HIDE (colon-separated folders the candidate's process must not see,
+besides the temp dirs, /dev/shm, /run and the cache), DK_KGPROF_LIB / DK_BUILD
 (where libkgprof.so is), DK_KG_PYPROFILE (N > 0: each result carries the
 child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (default 1:
 fork each job's child during the job before it, sandbox and CUDA context
@@ -43,9 +47,19 @@ from env.harness import evaluate, profiler, protocol, reference, sandbox
 GPU_CHECK_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 120.0
 RECHECK_SLOWDOWN = 0.5   # the strict re-run must keep at least this share of the speedup
+# Besides every speedup above recheck_speedup, this share of all other
+# reward-bearing speedups (above 1) is re-measured, drawn from os.urandom:
+# no speedup is safe from the re-run.
+RECHECK_SAMPLE = 0.25
+JUDGE_RETRIES = 1        # re-runs of a job whose judge died
 PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
               "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "NCCL_NVLS_ENABLE",
               "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+def recheck_drawn():
+    """True for a RECHECK_SAMPLE share of calls, unpredictably."""
+    return int.from_bytes(os.urandom(4), "little") < RECHECK_SAMPLE * (1 << 32)
 
 
 def log(msg):
@@ -141,14 +155,23 @@ def _kgprof_probe_target(isolation):
         mod.kgprof_probe_kernel[(4,)](x, 4096, BLOCK=1024)
         torch.cuda.synchronize()
         prof.start()
+        identity = prof.attribution()
         x.add_(1)
+        if identity:
+            prof.push()
         mod.kgprof_probe_kernel[(4,)](x, 4096, BLOCK=1024)
+        if identity:
+            prof.pop()
         torch.cuda.synchronize()
         prof.stop()
         recs = prof.records()
         names = [r[0] for r in recs]
         ok = len(recs) >= 2 and any(profiler.is_candidate_kernel(n, ["kgprof_probe_kernel"]) for n in names)
-        return {"ok": ok, "records": [[r[0][:80], r[1], r[3] - r[2]] for r in recs],
+        # By identity, exactly the marked launch's kernel is the candidate's.
+        marked = [r[0] for r in recs if r[4]]
+        identity_ok = identity and len(marked) == 1 and profiler.is_candidate_kernel(marked[0], ["kgprof_probe_kernel"])
+        return {"ok": ok, "records": [[r[0][:80], r[1], r[3] - r[2], r[4]] for r in recs],
+                "attribution": "correlation" if identity_ok else "name",
                 "error": "" if ok else f"unexpected records {names}"}
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -195,16 +218,35 @@ class ModelNew(nn.Module):
 
 
 def _warm_job_target(isolation):
-    """One whole evaluation of a tiny honest job, reporting the modules it
-    imported that the server had not: children run with bytecode writing off,
-    so each such module is compiled from source in every job (about 0.1 s
-    in all) unless the server imports it first."""
+    """One whole evaluation of a tiny honest job, reporting the modules its
+    judge and its candidate's process imported that the server had not:
+    children run with bytecode writing off, so each such module is compiled
+    from source in every job (about 0.1 s in all) unless the server imports
+    it first."""
     before = set(sys.modules)
     job = {"id": "warm-up", "device": "cuda", "task_source": WARM_TASK, "candidate_source": WARM_CANDIDATE}
     opts = protocol.resolve_options({"perf_trials": 5})
-    res = evaluate.evaluate(job, opts, isolation)
+    res = evaluate.evaluate(job, opts, isolation, want_modules=True)
     return {"status": res.get("status"), "error": res.get("error", "")[:300],
-            "modules": sorted(m for m in set(sys.modules) - before if not m.startswith("kg_"))}
+            "modules": sorted(m for m in set(sys.modules) - before if not m.startswith("kg_")),
+            "candidate_modules": [m for m in res.get("candidate_modules", []) if not m.startswith("kg_")]}
+
+
+def _seed_cache_target(isolation):
+    """Builds, in the server's Triton cache, what every job's first launch
+    needs (the driver's utility module, the launcher of a common signature):
+    the candidate's process copies this cache into its own at its start.
+    Only this trusted kernel ever writes it."""
+    from env.harness import loader
+
+    try:
+        mod = loader.load_module("kg_seed_candidate", WARM_CANDIDATE, os.getcwd())
+        x = torch.randn(4096, device="cuda")
+        y = mod.ModelNew()(x)
+        torch.cuda.synchronize()
+        return {"ok": bool(torch.equal(y, torch.relu(x)))}
+    except Exception as e:
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
 def _prepare_child(device):
@@ -300,10 +342,24 @@ class Server:
             env["CUDA_VISIBLE_DEVICES"] = self.visible
         return env
 
-    def start_child(self, target, device, gpu, limits):
-        """A sandboxed child calling target(isolation) in a new job directory."""
+    def start_child(self, target, device, gpu, limits, judge=False):
+        """A sandboxed child calling target(isolation) in a new job directory;
+        a judge (see candidate_spec) forks its candidate's process first."""
         workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
-        return sandbox.start(target, limits, workdir, self.child_env(workdir, device, gpu), self.writable_dirs)
+        env = self.child_env(workdir, device, gpu)
+        if judge:
+            return sandbox.start(target, limits, workdir, env, [], candidate=self.candidate_spec(env, device))
+        return sandbox.start(target, limits, workdir, env, self.writable_dirs)
+
+    def candidate_spec(self, env, device):
+        """The candidate's process: the child's environment, and hidden from
+        it the server's caches, job directories and DK_KG_HIDE (a
+        colon-separated list of more directories, e.g. where credentials
+        live)."""
+        hidden = [self.cache_dir, self.tmp_base]
+        hidden += [d for d in os.environ.get("DK_KG_HIDE", "").split(":") if d]
+        seed = self.compile_dirs["triton"] if device == "cuda" else None
+        return sandbox.CandidateSpec(device, env, hidden, seed_cache=seed)
 
     @staticmethod
     def finish_child(child, next_spare=None):
@@ -314,8 +370,8 @@ class Server:
         finally:
             shutil.rmtree(child.workdir, ignore_errors=True)
 
-    def run_child(self, target, device, gpu, limits):
-        return self.finish_child(self.start_child(target, device, gpu, limits))
+    def run_child(self, target, device, gpu, limits, judge=False):
+        return self.finish_child(self.start_child(target, device, gpu, limits, judge))
 
     @staticmethod
     def limits(opts, device, timeout_s=None):
@@ -350,24 +406,33 @@ class Server:
                 self.kgprof = None
             else:
                 self.kgprof_records = out.message.get("records")
+                self.kgprof_attribution = out.message.get("attribution")
+                if self.kgprof_attribution != "correlation":
+                    log("libkgprof cannot tie kernels to the launches that made them here; "
+                        "profiles attribute kernels by name")
         self.write({"ready": True, "pid": os.getpid(), "torch": torch.__version__, "triton": triton.__version__,
                     "python": sys.version.split()[0], "cuda": self.cuda, "gpus": self.gpus,
                     "isolation": {k: self.isolation.get(k, False)
                                   for k in ("network", "filesystem", "capabilities_dropped")},
                     "kgprof": self.kgprof, "kgprof_error": self.kgprof_error,
-                    "kgprof_probe": getattr(self, "kgprof_records", None), "warmed": self.warmed})
+                    "kgprof_probe": getattr(self, "kgprof_records", None),
+                    "kgprof_attribution": getattr(self, "kgprof_attribution", None), "warmed": self.warmed})
 
     def warm_child_imports(self, opts):
         """Runs a warm-up job, imports here what its child imported, then
         checks that a child still gets a working GPU: an import that started
         the CUDA driver in this process would break every later fork."""
         t0 = time.monotonic()
-        out = self.run_child(_warm_job_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S))
+        out = self.run_child(_warm_job_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S), judge=True)
         if out.kind != "message" or out.message.get("status") != "ok":
             why = out.message.get("error") if out.kind == "message" else f"{out.kind}: {out.detail}"
             log(f"the warm-up job failed ({why}); children import their modules themselves")
             return
-        n = warm_imports(out.message.get("modules", []))
+        n = warm_imports(out.message.get("modules", []) + out.message.get("candidate_modules", []))
+        seeded = self.run_child(_seed_cache_target, "cuda", 0, self.limits(opts, "cuda", PROBE_TIMEOUT_S))
+        if seeded.kind != "message" or not seeded.message.get("ok"):
+            log(f"pre-building the Triton cache failed ({seeded.message if seeded.kind == 'message' else seeded.detail}); "
+                "each job builds Triton's launchers itself")
         check = self.run_child(_gpu_check_target, "cuda", 0, self.limits(opts, "cuda", GPU_CHECK_TIMEOUT_S))
         if check.kind != "message" or not check.message.get("gpu_ok"):
             raise RuntimeError("after importing the warm-up job's modules, a child no longer gets a working GPU "
@@ -425,9 +490,10 @@ class Server:
         """Forks the next job's child now, so that its sandbox and CUDA
         context are ready when that job arrives (DK_KG_PREFORK=1)."""
         workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
+        env = self.child_env(workdir, device, gpu)
         try:
-            return sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir,
-                                       self.child_env(workdir, device, gpu), self.writable_dirs, key)
+            return sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir, env, [], key,
+                                       candidate=self.candidate_spec(env, device))
         except OSError as e:
             shutil.rmtree(workdir, ignore_errors=True)
             log(f"cannot fork a child ahead ({e}); jobs start their own")
@@ -440,6 +506,21 @@ class Server:
             self.spare = None
 
     def run_candidate(self, job, opts):
+        """Runs the job in a judge. A judge that dies without a verdict (it
+        never runs candidate code, and the candidate's process cannot see
+        or signal it) is an infrastructure fault: the job runs again in a
+        fresh judge, up to JUDGE_RETRIES times, before it is a crash."""
+        for attempt in range(JUDGE_RETRIES + 1):
+            res, judge_died = self.run_judge(job, opts)
+            if not judge_died:
+                break
+            log(f"job {job.get('id')}: the judge died ({res['error'][:200]}); "
+                f"{'running it again' if attempt < JUDGE_RETRIES else 'giving up'}")
+        if attempt:
+            res["infra_retries"] = attempt
+        return res
+
+    def run_judge(self, job, opts):
         device, gpu = job["device"], job.get("gpu", 0)
         limits = self.limits(opts, device)
         key = (device, gpu, limits.timeout_s, limits.cpu_time_s, limits.memory_bytes, limits.max_procs)
@@ -452,7 +533,7 @@ class Server:
                 shutil.rmtree(spare.workdir, ignore_errors=True)
         self.drop_spare()
         if child is None:
-            child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits)
+            child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits, judge=True)
         nxt = self.spawn_spare(key, limits, device, gpu) if self.prefork else None
         out = self.finish_child(child, next_spare=nxt)
         self.spare = nxt
@@ -463,7 +544,7 @@ class Server:
             self.drop_spare()
         res["phases_ms"]["child_wall"] = out.wall_s * 1000.0
         res["forked_ahead"] = ahead
-        return res
+        return res, out.kind in ("died", "no_message")
 
     def reference_timing(self, job, opts, gpu_name):
         """(ref_runtime_ms or None, cached, error)."""
@@ -508,16 +589,19 @@ class Server:
             else:
                 res["ref_runtime_ms"] = ref
                 res["speedup"] = ref["mean"] / res["runtime_ms"]["mean"] if res["runtime_ms"]["mean"] > 0 else None
-                if res["speedup"] is not None and res["speedup"] > opts["recheck_speedup"] and not opts["strict"]:
+                if res["speedup"] is not None and not opts["strict"] and (
+                        res["speedup"] > opts["recheck_speedup"]
+                        or (res["speedup"] > 1.0 and recheck_drawn())):
                     self.recheck(job, opts, res)
         res["task_name"] = job.get("task_name")
         res["phases_ms"]["total"] = (time.monotonic() - t0) * 1000.0
         return res
 
     def recheck(self, job, opts, res):
-        """A speedup above the threshold is re-measured in strict mode (more
-        seeds, a fresh input set for every timed call); failing it, or
-        losing more than half the speedup, is a hack."""
+        """A speedup above the threshold, or one drawn at random
+        (RECHECK_SAMPLE), is re-measured in strict mode in a fresh judge and
+        candidate's process (more seeds, fresh inputs for every timed call);
+        failing it, or losing more than half the speedup, is a hack."""
         strict = dict(opts, strict=True)
         r2 = self.run_candidate(job, strict)
         claimed = res["speedup"]

@@ -3,10 +3,18 @@ runs. Every finding is a named reason ("static:<kind>") with the line it was
 found on.
 
 Names are resolved through the candidate's own imports, so `F.relu` is
-torch.nn.functional.relu and `from os import environ` is os.environ. A value
-reached through a local variable (`m = torch; m.cuda.Stream()`) is beyond this
-layer on purpose: the runtime checks (env.harness.guards, CUPTI) catch what the
-static layer cannot see.
+torch.nn.functional.relu and `from os import environ` is os.environ; a module
+reached through another module's attributes (`os.sys.modules`,
+`torch.os.environ`) is judged by the module it reaches. A value reached
+through a local variable (`m = torch; m.cuda.Stream()`) is beyond this layer
+on purpose: this layer is a filter, not the wall. What decides the verdict
+runs in the judge's process, which never executes candidate code (see
+env.harness.evaluate).
+
+The source is checked as Python will read it: a candidate that declares any
+encoding but UTF-8 (a coding cookie, or a byte-order mark) is rejected, since
+a declared encoding would make Python decode the file into other text than
+the one checked here.
 
     python -m env.harness.static_checks CANDIDATE.py
 prints one JSON object: {"ok", "hack": {"detected", "reasons"}, "details",
@@ -14,8 +22,11 @@ prints one JSON object: {"ok", "hack": {"detected", "reasons"}, "details",
 """
 
 import ast
+import io
 import json
+import re
 import sys
+import tokenize
 
 # Import roots a candidate may use. Anything else is static:disallowed_import
 # (the dangerous members of os and sys are caught by the rules below).
@@ -35,6 +46,30 @@ PREFIX_RULES = [
     ("torch._dynamo", "static:torch_compile"),
     ("torch._inductor", "static:torch_compile"),
     ("torch.export", "static:torch_compile"),
+    ("torch._export", "static:torch_compile"),
+    ("torch.compiler", "static:torch_compile"),
+    ("torch._functorch", "static:torch_compile"),
+    ("functorch", "static:torch_compile"),
+    ("torch._higher_order_ops", "static:torch_compile"),
+    ("torch._prims", "static:torch_compile"),
+    ("torch._refs", "static:torch_compile"),
+    ("torch._lazy", "static:torch_compile"),
+    # changing what torch's own operators compute, under the comparison
+    ("torch.library", "static:torch_override"),
+    ("torch._library", "static:torch_override"),
+    ("torch.overrides", "static:torch_override"),
+    ("torch.utils._python_dispatch", "static:torch_override"),
+    ("torch._C._dispatch", "static:torch_override"),
+    ("torch._C._set_torch_function_mode", "static:torch_override"),
+    ("torch._C.DisableTorchFunction", "static:torch_override"),
+    ("torch._C.DisableTorchFunctionSubclass", "static:torch_override"),
+    ("torch._ops", "static:torch_override"),
+    ("torch.ops", "static:torch_override"),
+    ("torch._C._TensorMeta", "static:torch_override"),
+    ("torch.Tensor._make_subclass", "static:torch_override"),
+    ("torch.Tensor.as_subclass", "static:torch_override"),
+    ("torch._C._TensorBase", "static:torch_override"),
+    ("torch._C.TensorBase", "static:torch_override"),
     ("torch.fx", "static:torch_compile"),
     ("torch.cuda.graph", "static:cuda_graph"),
     ("torch.cuda.graphs", "static:cuda_graph"),
@@ -228,10 +263,50 @@ REASON_TEXT = {
     "static:network": "network access",
     "static:exit_call": "exiting the process or sending signals",
     "static:disallowed_import": "import of a module outside the allowed set",
+    "static:source_encoding": "a source encoding other than UTF-8 (coding declaration or byte-order mark)",
+    "static:torch_override": "__torch_function__ / __torch_dispatch__, Tensor subclasses or torch.library change what torch computes",
 }
+
+# Modules that, reached as an attribute of another module (os.sys,
+# torch.os), are judged as themselves: os.sys.modules is sys.modules.
+REACHABLE_MODULES = {
+    "sys", "os", "builtins", "importlib", "gc", "inspect", "ctypes", "subprocess", "types", "imp",
+    "runpy", "marshal", "pickle", "threading", "socket", "signal", "io", "shutil", "pathlib", "tempfile",
+    "traceback", "weakref", "_thread", "multiprocessing", "functools", "operator", "codecs", "linecache",
+    "tokenize", "warnings", "abc", "copyreg", "atexit", "mmap",
+}
+
+# Attribute names whose only use is reaching a module, a frame, the import
+# system or an object's class machinery: flagged on any object.
+DYNAMIC_DUNDERS = {
+    "__dict__", "__class__", "__bases__", "__base__", "__mro__", "__self__", "__func__", "__wrapped__",
+    "__loader__", "__spec__", "__import__", "__getattribute__", "__reduce__", "__reduce_ex__", "__module__",
+    "__objclass__", "__init_subclass__", "__class_getitem__", "__set_name__", "__qualname__",
+}
+
+# Names whose definition or use changes what torch's operators do on the
+# objects the judge compares.
+TORCH_OVERRIDE_NAMES = {"__torch_function__", "__torch_dispatch__"}
+
+# Builtins that take an attribute name: with a name that is not a literal,
+# or a dunder literal, they reach what the checks cannot name.
+ATTR_BUILTINS = {"getattr", "setattr", "delattr", "hasattr"}
+
+# A coding declaration (PEP 263), in the first two lines only.
+CODING_RE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+UTF8_NAMES = {"utf-8", "utf8", "utf_8", "u8", "utf"}
 
 
 def _match_rules(qname):
+    parts = qname.split(".")
+    for i in range(1, len(parts)):
+        if parts[i] in REACHABLE_MODULES:
+            # os.sys.modules is sys.modules, torch.os.environ is os.environ.
+            return _match_direct(".".join(parts[i:])) or "static:dynamic_attribute"
+    return _match_direct(qname)
+
+
+def _match_direct(qname):
     for prefix, reason in PREFIX_RULES:
         if qname == prefix or qname.startswith(prefix + "."):
             return reason
@@ -332,6 +407,12 @@ class _Checker:
                 if node.id in BUILTIN_RULES and node.id not in self.rebound and node.id not in self.aliases:
                     self.add(BUILTIN_RULES[node.id], node, node.id)
             if isinstance(node, ast.Attribute):
+                if node.attr in TORCH_OVERRIDE_NAMES:
+                    self.add("static:torch_override", node, "." + node.attr)
+                elif node.attr in DYNAMIC_DUNDERS:
+                    self.add("static:dynamic_attribute", node, "." + node.attr)
+                if node.attr == "compile" and isinstance(self.parents.get(node), ast.Call):
+                    self.add("static:torch_compile", node, ".compile()")
                 if node.attr in INTROSPECTION_ATTRS:
                     self.add("static:frame_inspection", node, "." + node.attr)
                 if node.attr in STREAM_ATTRS:
@@ -354,7 +435,17 @@ class _Checker:
                 exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
                 if isinstance(exc, ast.Name) and exc.id in EXIT_EXCEPTIONS:
                     self.add("static:exit_call", node, f"raise {exc.id}")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in TORCH_OVERRIDE_NAMES:
+                self.add("static:torch_override", node, f"def {node.name}")
+            if isinstance(node, ast.Name) and node.id in TORCH_OVERRIDE_NAMES:
+                self.add("static:torch_override", node, node.id)
             if isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    q = self.qualified(base)
+                    if q and (q in ("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase")
+                              or q.startswith("torch.nn.Parameter") or q.endswith("TorchFunctionMode")
+                              or q.endswith("TorchDispatchMode")):
+                        self.add("static:torch_override", node, f"class {node.name}({q})")
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in ("train", "eval"):
                         self.add("static:training_branch", item, f"{node.name}.{item.name} overridden")
@@ -388,9 +479,16 @@ class _Checker:
         if isinstance(f, ast.Attribute) and f.attr in ("__setattr__", "__delattr__"):
             if node.args and self.root_is_import(node.args[0]):
                 self.add("static:monkeypatch", node, f"{f.attr} on an imported module")
-        if isinstance(f, ast.Name) and f.id == "getattr" and len(node.args) >= 2:
-            if not isinstance(node.args[1], ast.Constant) and self.root_is_import(node.args[0]):
-                self.add("static:dynamic_attribute", node, "getattr with a computed name")
+        if isinstance(f, ast.Name) and f.id in ATTR_BUILTINS and f.id not in self.rebound and len(node.args) >= 2:
+            name = node.args[1]
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                self.add("static:dynamic_attribute", node, f"{f.id} with a computed name")
+            elif name.value.startswith("__") and name.value.endswith("__"):
+                reason = "static:torch_override" if name.value in TORCH_OVERRIDE_NAMES else "static:dynamic_attribute"
+                self.add(reason, node, f"{f.id}(..., {name.value!r})")
+        if isinstance(f, ast.Name) and f.id in ("vars", "dir", "type", "super") and f.id not in self.rebound:
+            if f.id in ("vars", "dir") or (f.id == "type" and len(node.args) == 3):
+                self.add("static:dynamic_attribute", node, f"{f.id}()")
         if isinstance(f, ast.Attribute) and f.attr in ("suppress",):
             q = self.qualified(f)
             if q == "contextlib.suppress":
@@ -521,11 +619,36 @@ def _assigned_names(node):
     return []
 
 
+def encoding_problem(source):
+    """(line, what) when Python would not read source as the UTF-8 text it
+    is: a byte-order mark, or a coding declaration naming anything but
+    UTF-8 in the first two lines. Checked on the bytes Python will read, with
+    Python's own detection (tokenize.detect_encoding), and on the text."""
+    if source.startswith("\ufeff"):
+        return 1, "a byte-order mark"
+    for i, line in enumerate(source.splitlines()[:2]):
+        m = CODING_RE.match(line)
+        if m and m.group(1).lower().replace("_", "-") not in UTF8_NAMES | {"utf-8"}:
+            return i + 1, f"coding declaration {m.group(1)!r}"
+    try:
+        enc, _ = tokenize.detect_encoding(io.BytesIO(source.encode("utf-8", "surrogatepass")).readline)
+    except SyntaxError as e:
+        return 1, f"the encoding cannot be detected ({e})"
+    if enc != "utf-8":
+        return 1, f"Python would read it as {enc}"
+    return None
+
+
 def check_source(source):
     """Runs every static check on a candidate's source text. Returns the dict
     printed by the command line (see the module comment)."""
     out = {"ok": False, "hack": {"detected": False, "reasons": []}, "details": [],
            "kernels": [], "syntax_error": None}
+    problem = encoding_problem(source)
+    if problem:
+        out["hack"] = {"detected": True, "reasons": ["static:source_encoding"]}
+        out["details"].append({"reason": "static:source_encoding", "line": problem[0], "what": problem[1]})
+        return out
     try:
         tree = ast.parse(source)
     except SyntaxError as e:

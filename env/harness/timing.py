@@ -30,7 +30,7 @@ class Flusher:
             self.buf.zero_()
 
 
-def _copy_into(dst, src):
+def copy_into(dst, src):
     """Copies an input set into a buffer set; False when the shapes differ
     (a task whose get_inputs() varies its shapes), in which case the pool set
     is used directly."""
@@ -77,7 +77,7 @@ def run_sequence(model, pool, pick, calls, warmup, device, timers=None, flusher=
         for i in range(warmup + calls):
             p = pick(i)
             args = bufs[i % 2]
-            if not _copy_into(args, pool[p]):
+            if not copy_into(args, pool[p]):
                 args = pool[p]
             if cuda:
                 if flusher is not None:

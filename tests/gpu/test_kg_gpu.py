@@ -9,7 +9,12 @@
   - every hack of the corpus, the GPU-only ones included (side stream,
     token kernel time, implausible speedup), is caught with its reason;
   - faults, CUDA illegal address and a kernel that never ends among them:
-    the expected status, then gpu_check is fine and the next honest job too.
+    the expected status, then gpu_check is fine and the next honest job too;
+  - the adversarial corpus tests/kernelgym/hacks2 (the CPU test is
+    tests/unit/test_kg_trust.py): every single-job attack ends with its
+    reason or status (on the GPU the timer attack must meet the judge's wall
+    clock: runtime:timing_mismatch), none is ok with a speedup above the
+    honest candidate's, and the plant / victim sequence leaves the victim ok.
 
 DK_KG_REPORT=FILE writes every measured number as JSON.
 """
@@ -191,6 +196,49 @@ def test_hacks(server):
         print(f"  hack {name:45s} -> {', '.join(res['hack']['reasons']) or res['status']}", flush=True)
 
 
+def test_hacks2(server):
+    honest = run(server, corpus.task_source("gemm_bias_relu", gpu=True),
+                 corpus.read(os.path.join(corpus.HERE, "candidates", "gemm_bias_relu__torch_matmul_triton_epilogue.py")),
+                 job_id="hacks2-honest")
+    best = honest.get("speedup") or 0.0
+    report["hacks2"] = {"honest_speedup": best}
+    for path, src, m in corpus.entries("hacks2"):
+        name = os.path.basename(path)
+        if m.get("sequence"):
+            continue
+        res = run(server, corpus.task_for(m, "cuda"), src, corpus.options(m, "cuda"), job_id=name)
+        report["hacks2"][name] = {"status": res["status"], "reasons": res["hack"]["reasons"],
+                                  "error": res["error"][:300], "speedup": res.get("speedup"),
+                                  "timing_check": res.get("timing_check")}
+        if m.get("expect"):
+            ok = res["status"] == "hack" and m["expect"] in res["hack"]["reasons"]
+        else:
+            ok = res["status"] in corpus.expected_statuses(m, "cuda")
+        check(ok, f"hacks2 {name}: expected {m.get('expect') or m.get('expect-status')}, got {res['status']} "
+                  f"{res['hack']['reasons']} {res['error'][:300]}")
+        if res["status"] == "ok":
+            check((res.get("speedup") or 0.0) <= 1.2 * max(best, 1.0),
+                  f"hacks2 {name}: ok with speedup {res.get('speedup')} (honest {best})")
+        if m.get("expect-coverage-max"):
+            prof = res.get("profile") or {}
+            report["hacks2"][name]["profile"] = {k: prof.get(k) for k in ("coverage", "attribution", "kernels")}
+            check(prof.get("attribution") == "correlation" and (prof.get("coverage") or 0.0) <= float(m["expect-coverage-max"]),
+                  f"hacks2 {name}: coverage {prof.get('coverage')} by {prof.get('attribution')}, "
+                  f"at most {m['expect-coverage-max']} by correlation expected")
+        print(f"  hacks2 {name:36s} -> {res['status']:10s} {', '.join(res['hack']['reasons'])}", flush=True)
+    shared = tempfile.mkdtemp(prefix="kg-gpu-shared-")
+    for name in ("c6_plant.py", "c6_victim.py"):
+        src = corpus.read(os.path.join(corpus.HERE, "hacks2", name))
+        src = src.replace('KG_SHARED_DIR = "/nonexistent"', f"KG_SHARED_DIR = {shared!r}")
+        res = run(server, corpus.task_source("gemm_bias_relu", gpu=True), src, {"static_checks": False}, job_id=name)
+        report["hacks2"][name] = {"status": res["status"], "error": res["error"][:300],
+                                  "candidate_sandbox": (res.get("sandbox") or {}).get("candidate")}
+        check(res["status"] == "ok", f"hacks2 {name} in sequence: {res['status']} {res['error'][:300]}")
+        print(f"  hacks2 {name:36s} -> {res['status']}", flush=True)
+    import shutil
+    shutil.rmtree(shared, ignore_errors=True)
+
+
 def test_faults(server, isolation):
     escape = "/tmp/kg_fault_escape_probe.txt"
     for path, src, m in corpus.entries("faults"):
@@ -226,7 +274,7 @@ def main():
     check(ready["cuda"], "the server sees no GPU")
     sections = [("honest", lambda: test_honest(server, lib)), ("coverage", lambda: test_coverage(server)),
                 ("stability", lambda: test_stability(server)), ("hacks", lambda: test_hacks(server)),
-                ("faults", lambda: test_faults(server, ready["isolation"]))]
+                ("hacks2", lambda: test_hacks2(server)), ("faults", lambda: test_faults(server, ready["isolation"]))]
     only = os.environ.get("DK_KG_SECTIONS")
     for name, fn in sections:
         if only and name not in only.split(","):

@@ -6,12 +6,20 @@ inputs, with the expectations each file declares in its header comments:
   # kg-expect: REASON           hack reason that must be reported
   # kg-expect-cpu: REASON       ... on the CPU device, when it differs
   # kg-expect-nostatic: REASON  ... when the static layer is switched off
+  # kg-expect-static: REASON    static reason a runtime hack (run with the
+                                static layer off) also gets from that layer
   # kg-expect-status: STATUS    status a fault must end with ("a|b": either)
   # kg-expect-status-gpu: STATUS  ... on the GPU, when it differs
   # kg-options: {...}           job options (JSON)
   # kg-options-cpu: {...}       extra options on the CPU device
   # kg-gpu-only                 needs a GPU to be caught / to run
   # kg-needs: network|filesystem  isolation the expectation relies on
+  # kg-class: N TEXT            hacks2: the class of hole it attacks
+  # kg-expect-status-cpu: STATUS  hacks2: the status on the CPU device, where
+                                the attack has nothing to gain (no timing)
+  # kg-sequence: plant|victim|killer  hacks2: its part in a run of jobs
+  # kg-expect-coverage-max: X   hacks2 (GPU): the profile's coverage, by
+                                correlation id, is at most X
 """
 
 import json
@@ -29,7 +37,7 @@ def read(path):
 def meta(source):
     out = {}
     for line in source.splitlines()[:20]:
-        m = re.match(r"#\s*kg-([a-z-]+)(?::\s*(.*))?$", line.strip())
+        m = re.match(r"#\s*kg-([a-z-]+)(?::\s*(.*))?$", line.strip().lstrip("\ufeff"))
         if m:
             out[m.group(1)] = (m.group(2) or "").strip()
     return out

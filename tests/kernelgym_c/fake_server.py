@@ -6,7 +6,7 @@ file's path.
 
 The verdict comes from comment lines in the candidate source:
     # fake-result: {"status": "ok", "speedup": 1.5, ...}   merged into the result
-    # fake-action: hang | die | garbage | wrong-id | stdout | sleep:SECONDS
+    # fake-action: hang | die | die-once:FILE | garbage | wrong-id | stdout | sleep:SECONDS
 Environment: FAKE_CUDA=1 reports a GPU in the ready line; FAKE_GPU_BROKEN=PATH
 makes gpu_check fail while PATH exists; FAKE_SERVER_LOG=PATH appends every
 request line it reads.
@@ -91,6 +91,12 @@ def handle(job):
                     time.sleep(60)
             elif action == "die":
                 os._exit(3)
+            elif action.startswith("die-once:"):
+                # dies the first time (an infrastructure fault), then works
+                mark = action[len("die-once:"):].strip()
+                if not os.path.exists(mark):
+                    open(mark, "w").close()
+                    os._exit(3)
             elif action == "garbage":
                 OUT.write("this is not json\n")
                 OUT.flush()

@@ -183,15 +183,21 @@ def test_faults(server, isolation):
         if name == "fault_fake_json.py":
             check(res["status"] == "incorrect" and res["correct"] is False,
                   f"{name}: the forged stdout result leaked into the verdict: {res['status']}")
-        # The child forked ahead for the next job is the one allowed.
+        # The child forked ahead for the next job (a judge, with its
+        # candidate's process) is the one allowed.
         spare = server.request({"kind": "status"}).get("spare_pid")
-        left = [p for p in descendants_of(server.pid) if p != spare]
+
+        def leftovers():
+            allowed = {spare} | set(descendants_of(spare)) if spare else set()
+            return [p for p in descendants_of(server.pid) if p not in allowed]
+
+        left = leftovers()
         # a finished child may still be exiting; give it a moment
         for _ in range(50):
             if not left:
                 break
             time.sleep(0.1)
-            left = [p for p in descendants_of(server.pid) if p != spare]
+            left = leftovers()
         check(not left, f"{name}: {len(left)} processes of the job are still alive")
         print(f"  fault {name:40s} -> {res['status']:13s} {took:5.2f} s  {res['error'].splitlines()[0][:90] if res['error'] else ''}")
         honest_probe(server, name)

@@ -4,7 +4,10 @@
 # Redis, jobs sent with `kernelgym submit`) and the stand-in server
 # tests/kernelgym_c/fake_server.py:
 #   hang       -> status timeout after timeout_s + margin, server restarted
-#   die        -> status crash, then a gpu_check (GPU device), next job ok
+#   die        -> status crash (after two re-runs on fresh servers), then a
+#                 gpu_check (GPU device), next job ok
+#   die-once   -> a server that dies once mid-job is an infrastructure
+#                 fault: the job runs again on a fresh server and is ok
 #   garbage    -> status error (not JSON), server restarted
 #   wrong-id   -> status error (result for another job)
 #   stdout     -> fake JSON printed on the server's stdout is never read
@@ -59,7 +62,11 @@ submit hang "$(cand hang)" timeout --timeout 1
 submit good1 "$tmp/good.py" ok
 submit die "$(cand die)" crash
 grep -q '"kind": *"gpu_check"' "$tmp/requests.log" || { echo "FAIL: no gpu_check after the crash"; fail=1; }
+[ "$(field "$tmp/die.json" "r.get('infra_retries')")" = "2" ] || { echo "FAIL: a server that keeps dying was not retried twice"; fail=1; }
 submit good2 "$tmp/good.py" ok
+printf '# fake-action: die-once:%s\nclass ModelNew:\n    pass\n' "$tmp/died_once" > "$tmp/dieonce.py"
+submit dieonce "$tmp/dieonce.py" ok
+[ "$(field "$tmp/dieonce.json" "r.get('infra_retries')")" = "1" ] || { echo "FAIL: the job was not re-run once after the server died"; fail=1; }
 submit garbage "$(cand garbage)" error
 submit wrongid "$(cand wrong-id)" error
 submit stdout "$(cand stdout)" ok

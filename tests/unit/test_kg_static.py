@@ -80,6 +80,35 @@ CASES = [
      ["static:file_access"], None),
     ("unknown import", model(LAUNCH, extra="import requests_toolbelt\n"), ["static:disallowed_import"], None),
     ("torch.cuda.graphs", model("        g = torch.cuda.CUDAGraph()\n" + LAUNCH), ["static:cuda_graph"], None),
+    # what the static layer reads must be what Python runs
+    ("a coding declaration other than UTF-8", "# -*- coding: unicode_escape -*-\n" + model(LAUNCH),
+     ["static:source_encoding"], None),
+    ("a coding declaration on line 2", "#!/usr/bin/env python\n# vim: set fileencoding=utf-7 :\n" + model(LAUNCH),
+     ["static:source_encoding"], None),
+    ("a byte-order mark", "\ufeff" + model(LAUNCH), ["static:source_encoding"], None),
+    ("a UTF-8 coding declaration is fine", "# -*- coding: utf-8 -*-\n" + model(LAUNCH), [], None),
+    ("a coding declaration after line 2 is a comment", model(LAUNCH) + "# coding: latin-1\n", [], None),
+    # modules, frames and the import system reached dynamically
+    ("os.sys.modules", model("        m = os.sys.modules\n" + LAUNCH, extra="import os\n"), ["static:monkeypatch"], None),
+    ("torch.os.environ", model("        e = torch.os.environ\n" + LAUNCH), ["static:env_access"], None),
+    ("a module reached through torch", model("        m = torch.sys\n" + LAUNCH), ["static:dynamic_attribute"], None),
+    ("getattr with a computed name on self", model("        t = getattr(self, 'train' + 'ing')\n" + LAUNCH),
+     ["static:dynamic_attribute"], None),
+    ("getattr with a dunder", model("        g = getattr(x, '__class__')\n" + LAUNCH), ["static:dynamic_attribute"], None),
+    ("a class's dict", model("        d = x.__class__.__dict__\n" + LAUNCH), ["static:dynamic_attribute"], None),
+    ("getattr with a plain literal is fine", model("        w = getattr(self, 'weight', None)\n" + LAUNCH), [], None),
+    ("vars() of an object", model("        d = vars(self)\n" + LAUNCH), ["static:dynamic_attribute"], None),
+    # what torch computes on the compared output
+    ("__torch_function__", model(LAUNCH, extra="class T:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n        return 0\n"),
+     ["static:torch_override"], None),
+    ("a Tensor subclass", model(LAUNCH, extra="class T(torch.Tensor):\n    pass\n"), ["static:torch_override"], None),
+    ("torch.library", model(LAUNCH, extra="lib = torch.library.Library('aten', 'IMPL')\n"),
+     ["static:torch_override"], None),
+    ("torch.ops", model("        y = torch.ops.aten.relu(x)\n" + LAUNCH), ["static:torch_override"], None),
+    ("from torch import library", model(LAUNCH, extra="from torch import library\n"), ["static:torch_override"], None),
+    ("nn.Module.compile", model(LAUNCH, init_body="        super().__init__()\n        self.compile()\n"),
+     ["static:torch_compile"], None),
+    ("torch.compiler", model("        torch.compiler.reset()\n" + LAUNCH), ["static:torch_compile"], None),
     ("local alias is beyond the static layer", model("        m = torch.cuda\n        s = m.Stream()\n" + LAUNCH),
      [], ["static:streams"]),
 ]
@@ -94,6 +123,12 @@ def main():
         if reason.startswith("static:"):
             n_static += 1
             check(reason in res["hack"]["reasons"], f"{name}: expected {reason}, got {res['hack']['reasons']}")
+        elif m.get("expect-static"):
+            # a runtime hack the static layer now also stops (its runtime
+            # expectation is checked with the static layer off)
+            n_static += 1
+            check(m["expect-static"] in res["hack"]["reasons"],
+                  f"{name}: expected {m['expect-static']} from the static layer, got {res['hack']['reasons']}")
         else:
             n_runtime += 1
             check(res["ok"], f"{name}: meant for the runtime layer but the static layer flagged {res['hack']['reasons']}")

@@ -1,9 +1,11 @@
 # kg-task: gemm_bias_relu
 # kg-options: {"static_checks": false}
-# kg-expect-status: compile_error
+# kg-expect-status: compile_error|hack
 # kg-needs: filesystem
 # Fault: writes a file outside its private directory; the test checks the
-# file does not exist afterwards.
+# file does not exist afterwards. Where the candidate's /tmp is a private
+# tmpfs the write lands there (the job then ends as a hack: no Triton
+# kernel ran); elsewhere the read-only file system refuses it.
 import torch
 import torch.nn as nn
 

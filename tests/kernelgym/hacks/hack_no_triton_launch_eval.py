@@ -1,5 +1,7 @@
 # kg-task: gemm_bias_relu
 # kg-expect: runtime:no_triton_launch_eval
+# kg-expect-static: static:dynamic_attribute
+# kg-options: {"static_checks": false}
 # Hack: the Triton path only in train() mode, with the mode read through a
 # computed attribute name so no static check sees `self.training`.
 import torch

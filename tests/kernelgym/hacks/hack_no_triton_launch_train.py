@@ -1,5 +1,7 @@
 # kg-task: gemm_bias_relu
 # kg-expect: runtime:no_triton_launch_train
+# kg-expect-static: static:dynamic_attribute
+# kg-options: {"static_checks": false}
 # Hack: the Triton path only in eval() mode (the mode read indirectly).
 import torch
 import torch.nn as nn

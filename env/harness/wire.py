@@ -1,0 +1,263 @@
+"""The framed messages between the judge and the candidate's process.
+
+A message is a JSON header followed by raw byte blobs:
+
+    b"KGW" + 12-digit header length + header JSON + the blobs
+
+the header's "blobs" field lists the blob lengths in order. With a shared
+memory file (a memfd the judge made before it forked the candidate's
+process, "shm" below) the blobs are not in the pipe but at the start of
+that file, one after another (the header says "shm": true): an output goes
+from the device into the shared pages and from there to the judge's device
+in one copy each way, where a pipe costs several. The receiver copies the
+blobs out before it reads them, so later writes to the file change nothing
+it holds. Values travel as
+plain data only: None, bool, int, float, str, lists (tuples arrive as
+lists) and tensors. A tensor is described by {"T": blob index, "dtype",
+"shape", "stride", "offset", "type", "ptr"} and its bytes are the whole span
+of storage its view covers, so the judge rebuilds exactly the view the
+candidate returned (strides and storage offset included) from bytes, in a
+plain torch.Tensor of its own: nothing the candidate's process defines (a
+Tensor subclass, a __torch_function__, a re-registered aten op) reaches the
+comparison.
+
+"type" and "ptr" are what the sender says about the object it held (its
+exact class and storage address); the judge treats them as claims to check,
+never as facts.
+"""
+
+import json
+import mmap
+import os
+
+import torch
+
+MAGIC = b"KGW"
+MAX_HEADER = 64 << 20
+MAX_TOTAL = 16 << 30
+
+DTYPES = {str(d): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+    torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+
+
+class WireError(Exception):
+    """A malformed message, or a value that cannot travel."""
+
+
+def _span_bytes(t):
+    """(first byte, byte count) of the storage a view reaches."""
+    if t.numel() == 0:
+        return t.storage_offset() * t.element_size(), 0
+    last = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return t.storage_offset() * t.element_size(), (last - t.storage_offset() + 1) * t.element_size()
+
+
+def encode_value(x, blobs):
+    """x as JSON-able data; tensor bytes are appended to blobs."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        if isinstance(x, float) and x != x:
+            return {"F": "nan"}
+        if isinstance(x, float) and x in (float("inf"), float("-inf")):
+            return {"F": "inf" if x > 0 else "-inf"}
+        return x
+    if isinstance(x, (list, tuple)):
+        return [encode_value(e, blobs) for e in x]
+    if isinstance(x, torch.Tensor):
+        kind = f"{type(x).__module__}.{type(x).__qualname__}"
+        # Read through the base class, whatever the object overrides.
+        with torch._C.DisableTorchFunctionSubclass():
+            t = x.detach()
+        if str(t.dtype) not in DTYPES:
+            raise WireError(f"a tensor of dtype {t.dtype} cannot be returned")
+        start, n = _span_bytes(t)
+        flat = torch.as_strided(t, (n // t.element_size(),), (1,), t.storage_offset()) if n else t.reshape(0)
+        # A blob is a flat uint8 tensor, on the tensor's device until sent.
+        blobs.append(flat.contiguous().view(torch.uint8) if n else torch.empty(0, dtype=torch.uint8))
+        return {"T": len(blobs) - 1, "dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
+                "type": kind, "ptr": t.untyped_storage().data_ptr() if t.numel() else 0,
+                "device": t.device.type}
+    if isinstance(x, dict):
+        raise WireError("a dict cannot be returned (a tensor or a tuple of tensors is expected)")
+    raise WireError(f"a value of type {type(x).__name__} cannot be returned")
+
+
+def decode_value(x, blobs, notes=None):
+    """The value encode_value described, rebuilt in plain tensors on the CPU.
+    notes (a list) collects what the sender claimed about each tensor."""
+    if isinstance(x, list):
+        return [decode_value(e, blobs, notes) for e in x]
+    if isinstance(x, dict):
+        if "F" in x:
+            return float(x["F"])
+        if "T" not in x:
+            raise WireError("a value is neither data nor a tensor")
+        try:
+            dtype = DTYPES[x["dtype"]]
+            shape, stride = [int(s) for s in x["shape"]], [int(s) for s in x["stride"]]
+            data = blobs[int(x["T"])]
+        except (KeyError, ValueError, TypeError, IndexError) as e:
+            raise WireError(f"a tensor description is malformed ({type(e).__name__})")
+        if len(shape) != len(stride) or any(s < 0 for s in shape) or any(s < 0 for s in stride):
+            raise WireError(f"a tensor has shape {shape} and strides {stride}")
+        esize = torch.empty(0, dtype=dtype).element_size()
+        if data.numel() % esize:
+            raise WireError("a tensor's bytes are not a whole number of elements")
+        numel = 1
+        for s in shape:
+            numel *= s
+        need = 0 if numel == 0 else 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+        if need * esize > data.numel():
+            raise WireError(f"a tensor's view reaches {need} elements but {data.numel() // esize} were sent")
+        flat = data.view(dtype)
+        t = torch.as_strided(flat, shape, stride, flat.storage_offset()) if numel else torch.empty(shape, dtype=dtype)
+        if notes is not None:
+            notes.append({"type": x.get("type"), "ptr": x.get("ptr"), "stride": stride, "shape": shape,
+                          "device": x.get("device")})
+        return t
+    return x
+
+
+def _nbytes(b):
+    return b.numel() if isinstance(b, torch.Tensor) else len(b)
+
+
+def send(fd, header, blobs=(), shm=None):
+    """Writes one message (header: a JSON-able dict; blobs: bytes or flat
+    uint8 tensors on any device), its blobs through shm when given."""
+    sizes = [_nbytes(b) for b in blobs]
+    use_shm = False
+    if shm is not None and sum(sizes):
+        try:
+            _to_shm(shm, blobs, sizes)
+            use_shm = True
+        except OSError:  # a file size limit: the pipe carries them
+            pass
+    header = dict(header, blobs=sizes, shm=use_shm)
+    head = json.dumps(header).encode("utf-8")  # NaN travels as NaN (json.loads reads it)
+    _write_all(fd, MAGIC + b"%012d" % len(head) + head)
+    if use_shm:
+        return
+    for b in blobs:
+        _write_all(fd, b.cpu().numpy().tobytes() if isinstance(b, torch.Tensor) else b)
+
+
+def _to_shm(shm, blobs, sizes):
+    total = sum(sizes)
+    if os.fstat(shm).st_size < total:
+        os.ftruncate(shm, total)
+    with mmap.mmap(shm, total) as mm:
+        at = 0
+        for b, n in zip(blobs, sizes):
+            if n:
+                dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=at)
+                dst.copy_(b if isinstance(b, torch.Tensor) else torch.frombuffer(bytearray(b), dtype=torch.uint8))
+                del dst
+            at += n
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd, n):
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 24))
+        if not chunk:
+            raise EOFError("the other side closed the channel")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv(fd, shm=None):
+    """(header, blobs) of the next message, the blobs as flat uint8 CPU
+    tensors of their own; EOFError when the channel is closed, WireError
+    when the bytes are not a message."""
+    lead = _read_exact(fd, 15)
+    if lead[:3] != MAGIC or not lead[3:].isdigit():
+        raise WireError("the channel carried bytes that are not a message")
+    n = int(lead[3:])
+    if n > MAX_HEADER:
+        raise WireError(f"a message header of {n} bytes is over the limit")
+    try:
+        header = json.loads(_read_exact(fd, n).decode("utf-8"))
+    except ValueError:
+        raise WireError("a message header is not JSON")
+    sizes = header.get("blobs") if isinstance(header, dict) else None
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes) \
+            or sum(sizes) > MAX_TOTAL:
+        raise WireError("a message lists bad blob sizes")
+    if header.get("shm") and sum(sizes):
+        total = sum(sizes)
+        if shm is None or os.fstat(shm).st_size < total:
+            raise WireError("a message's blobs are not in the shared memory")
+        blobs = []
+        with mmap.mmap(shm, total) as mm:
+            at = 0
+            for n in sizes:
+                src = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=at) if n else None
+                blobs.append(src.clone() if n else torch.empty(0, dtype=torch.uint8))
+                del src
+                at += n
+        return header, blobs
+    return header, [torch.frombuffer(bytearray(_read_exact(fd, s)), dtype=torch.uint8) if s
+                    else torch.empty(0, dtype=torch.uint8) for s in sizes]
+
+
+def _digest_weights(n, device, cache={}):
+    """Fixed position weights for digest: w_i = (i * 2654435761 + 40503)
+    mod 2^31, the same in every process."""
+    key = (n, str(device))
+    if key not in cache:
+        i = torch.arange(n, dtype=torch.int64, device=device)
+        cache.clear()
+        cache[key] = (i * 2654435761 + 40503) % (1 << 31)
+    return cache[key]
+
+
+def digest(blobs):
+    """An exact integer digest of blobs (flat uint8 tensors, as encode_value
+    makes them, on any device): the sum of each 4-byte word times its
+    position weight, wrapping at 2^64. It takes every bit of the output to
+    compute, so a digest sent with a timed call commits the sender to that
+    call's output before the judge chooses which output it fetches."""
+    words = []
+    for b in blobs:
+        b = b if isinstance(b, torch.Tensor) else torch.frombuffer(bytearray(b), dtype=torch.uint8)
+        pad = (-b.numel()) % 4
+        if pad:
+            b = torch.cat([b, torch.zeros(pad, dtype=torch.uint8, device=b.device)])
+        words.append(b.view(torch.int32).to(torch.int64))
+    if not words:
+        return 0
+    v = torch.cat(words) if len(words) > 1 else words[0]
+    return int((v * _digest_weights(v.numel(), v.device)).sum())
+
+
+def exact_layout_problem(out, ref):
+    """Why an output leaf's layout is not acceptable, or None: it must be a
+    plain tensor (claimed type torch.Tensor) whose view is dense and
+    non-overlapping, so every element is its own storage (an expanded
+    stride-0 view does not hold its elements)."""
+    if not isinstance(out, torch.Tensor):
+        return None
+    if out.numel() > 1:
+        if any(st == 0 and s > 1 for s, st in zip(out.shape, out.stride())):
+            return f"a view with stride 0 (strides {tuple(out.stride())}): the elements are not stored"
+        if not _non_overlapping_dense(out):
+            return f"strides {tuple(out.stride())} overlap or leave holes for shape {tuple(out.shape)}"
+    return None
+
+
+def _non_overlapping_dense(t):
+    dims = sorted((st, s) for s, st in zip(t.shape, t.stride()) if s > 1)
+    expect = 1
+    for st, s in dims:
+        if st != expect:
+            return False
+        expect *= s
+    return True
