@@ -33,6 +33,16 @@ static dk_status zc_put(void *ctx, int u, size_t begin, size_t end, const float 
     return DK_OK;
 }
 
+static dk_status zc_put_init(void *ctx, int u, size_t begin, size_t end, const float *master, const float *m,
+                             const float *v) {
+    zero *z = ctx;
+    DK_TRY(check_slice(z, u, begin, end));
+    zero_shard_set(z, u, ZERO_PARAM, master);
+    zero_shard_set(z, u, ZERO_M, m);
+    zero_shard_set(z, u, ZERO_V, v);
+    return DK_OK;
+}
+
 static void zc_barrier(void *ctx) { comm_barrier(((zero *)ctx)->c); }
 
 static int zc_all_ok(void *ctx, int ok) {
@@ -44,5 +54,11 @@ static int zc_all_ok(void *ctx, int ok) {
 
 ckpt_shards_io zero_ckpt_io(zero *z) {
     ckpt_shards_io io = {z->c->world, z->c->rank, z, zc_get, zc_put, zc_barrier, zc_all_ok};
+    return io;
+}
+
+ckpt_shards_io zero_ckpt_io_init(zero *z) {
+    ckpt_shards_io io = zero_ckpt_io(z);
+    io.put = zc_put_init;
     return io;
 }

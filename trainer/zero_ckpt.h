@@ -12,5 +12,9 @@
 
 /* get / put through zero_shard_get / set, barrier and all_ok through z->c. */
 ckpt_shards_io zero_ckpt_io(zero *z);
+/* The same for a fresh start (ckpt_shards_init_from_hf): put sets the act
+ * shard and takes the master back from it, as zero_load_host does, so a
+ * start from HF weights matches the unsharded trainer's (optim_init). */
+ckpt_shards_io zero_ckpt_io_init(zero *z);
 
 #endif
