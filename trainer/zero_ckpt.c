@@ -22,25 +22,24 @@ static dk_status zc_get(void *ctx, int u, size_t begin, size_t end, float *maste
     return DK_OK;
 }
 
-static dk_status zc_put(void *ctx, int u, size_t begin, size_t end, const float *master, const float *m,
-                        const float *v) {
-    zero *z = ctx;
+/* EXACT: the checkpoint's master, else the act value read back (a fresh
+ * start: as zero_load_host). */
+static dk_status put_slice(zero *z, int u, size_t begin, size_t end, const float *master, const float *m,
+                           const float *v, int exact) {
     DK_TRY(check_slice(z, u, begin, end));
     zero_shard_set(z, u, ZERO_PARAM, master);
-    zero_shard_set(z, u, ZERO_MASTER, master);
+    if (exact) zero_shard_set(z, u, ZERO_MASTER, master);
     zero_shard_set(z, u, ZERO_M, m);
     zero_shard_set(z, u, ZERO_V, v);
     return DK_OK;
 }
 
-static dk_status zc_put_init(void *ctx, int u, size_t begin, size_t end, const float *master, const float *m,
-                             const float *v) {
-    zero *z = ctx;
-    DK_TRY(check_slice(z, u, begin, end));
-    zero_shard_set(z, u, ZERO_PARAM, master);
-    zero_shard_set(z, u, ZERO_M, m);
-    zero_shard_set(z, u, ZERO_V, v);
-    return DK_OK;
+static dk_status zc_put(void *ctx, int u, size_t b, size_t e, const float *ma, const float *m, const float *v) {
+    return put_slice(ctx, u, b, e, ma, m, v, 1);
+}
+
+static dk_status zc_put_init(void *ctx, int u, size_t b, size_t e, const float *ma, const float *m, const float *v) {
+    return put_slice(ctx, u, b, e, ma, m, v, 0);
 }
 
 static void zc_barrier(void *ctx) { comm_barrier(((zero *)ctx)->c); }
