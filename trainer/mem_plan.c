@@ -67,6 +67,9 @@ typedef struct {
     size_t shard;   /* elements a rank owns */
     size_t padded;  /* elements of every unit gathered whole, padding included */
     size_t largest; /* the largest padded unit */
+    size_t working; /* what zero.c keeps gathered in the train phase: the
+                     * embedding, final norm and lm head for the whole step,
+                     * and two layer slots */
 } unit_sums;
 
 static unit_sums units_at(const model_config *mc, int w) {
@@ -74,12 +77,13 @@ static unit_sums units_at(const model_config *mc, int w) {
     param_layout_init(&pl, mc);
     const size_t n[4] = {pl.embed_size, pl.layer_size, pl.final_norm_size, pl.lm_head_size};
     const size_t count[4] = {1, (size_t)mc->n_layers, 1, 1};
-    unit_sums u = {0, 0, 0};
+    unit_sums u = {0, 0, 0, 0};
     for (int i = 0; i < 4; i++) {
         if (!n[i]) continue; /* the lm head of a tied model */
         u.shard += count[i] * shard_len(n[i], w);
         u.padded += count[i] * shard_padded(n[i], w);
         if (shard_padded(n[i], w) > u.largest) u.largest = shard_padded(n[i], w);
+        u.working += (i == 1 ? 2 : 1) * shard_padded(n[i], w);
     }
     return u;
 }
@@ -142,8 +146,8 @@ dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *m
 
     /* The train phase: gather buffers and the model's activations. Eval
      * never trains, but model_create plans the activations all the same. */
-    put(p, MEM_GATHER_PARAMS, gathers ? 2 * u.largest * A : 0, 1, 0);
-    put(p, MEM_GATHER_GRADS, gathers ? u.largest * F : 0, 1, 0);
+    put(p, MEM_GATHER_PARAMS, gathers ? u.working * A : 0, 1, 0);
+    put(p, MEM_GATHER_GRADS, gathers ? u.working * F : 0, 1, 0);
     put(p, MEM_ACTIVATIONS, mem_plan_model_acts(mc, p->train_tokens, p->recompute, A), 1, eval);
     if (rl && cfg->rl.kl_coef > 0) /* rl_run: model_create(&ref, ..., recompute none) */
         put(p, MEM_REFERENCE,
@@ -202,8 +206,8 @@ const char *mem_plan_row_name(mem_row r) {
         [MEM_ADAM_M] = "AdamW m shard (fp32)",
         [MEM_ADAM_V] = "AdamW v shard (fp32)",
         [MEM_GRADS] = "gradient shard (fp32)",
-        [MEM_GATHER_PARAMS] = "gathered parameters (2 units)",
-        [MEM_GATHER_GRADS] = "gathered gradient (1 unit, fp32)",
+        [MEM_GATHER_PARAMS] = "gathered parameters (ends + 2 layers)",
+        [MEM_GATHER_GRADS] = "gathered gradients (same, fp32)",
         [MEM_ACTIVATIONS] = "activations",
         [MEM_SCRATCH] = "ops scratch (lm-head chunk)",
         [MEM_BLASLT] = "cuBLASLt workspace",

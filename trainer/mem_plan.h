@@ -7,12 +7,11 @@
  * What it plans (ZeRO-3, dist/shard.h). Every rank owns one equal, padded
  * slice of each flat parameter unit (model/params.h: the embedding, each
  * decoder layer, the final norm, the lm head): the bf16 parameters, the fp32
- * masters, the AdamW moments m and v, and the fp32 gradients. Forward and
- * backward gather one unit at a time into two bf16 buffers (one in use, the
- * next arriving) and reduce-scatter its fp32 gradient out of one unit-sized
- * buffer; both are sized for the largest unit, which is the embedding or the
- * lm head rather than a layer in the Qwen3 shapes. The activations are what
- * model_create plans for the rank's micro-batch. RL gathers the full bf16
+ * masters, the AdamW moments m and v, and the fp32 gradients. The train
+ * phase also holds what trainer/zero.c allocates gathered: the embedding,
+ * final norm and lm head (weights and fp32 gradients) for the whole step,
+ * and two layer slots of each (one in use, the next arriving). The
+ * activations are what model_create plans for the rank's micro-batch. RL gathers the full bf16
  * weights into an inference copy after each optimizer step; that copy, the
  * generation engine's buffers and the paged KV cache exist only in the
  * rollout phase, and the training activations and gather buffers only in the
@@ -45,8 +44,8 @@ typedef enum {
     MEM_ADAM_M,        /* fp32 AdamW first moments, shard */
     MEM_ADAM_V,        /* fp32 AdamW second moments, shard */
     MEM_GRADS,         /* fp32 gradient shard */
-    MEM_GATHER_PARAMS, /* two gathered units, act (world > 1) */
-    MEM_GATHER_GRADS,  /* one unit's fp32 gradient before its reduce-scatter (world > 1) */
+    MEM_GATHER_PARAMS, /* gathered embedding, final norm, lm head and two layer slots, act (world > 1) */
+    MEM_GATHER_GRADS,  /* their fp32 gradients, the same units (world > 1) */
     MEM_ACTIVATIONS,   /* model_create's activations for the rank's micro-batch */
     MEM_SCRATCH,       /* ops scratch: lm-head chunk logits, attention statistics */
     MEM_BLASLT,        /* cuBLASLt workspace */

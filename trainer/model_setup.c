@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "trainer/mem_plan.h"
+#include "trainer/zero_ckpt.h"
 #include "common/util.h"
 #include "kernels/device.h"
 #include "model/param_buffers.h"
@@ -84,12 +85,19 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     return DK_OK;
 }
 
-/* The initial weights on the host, each rank keeping its shards. The full
- * fp32 copy is large (59 GB for 14B), so the ranks of a node take turns:
- * one full copy per node at a time. */
+/* The initial weights, each rank keeping its shards. From model.path every
+ * rank reads only its own slices of the HF files (mapped, not read whole).
+ * Random weights are made whole on the host (param_init_random draws them
+ * in one order): the full fp32 copy is large (59 GB for 14B), so the ranks
+ * of a node take turns, one full copy per node at a time. */
 static dk_status sharded_weights(run_setup *r, const dk_config *cfg) {
     model *m = &r->model;
     comm *c = &r->comm;
+    if (cfg->model.path[0]) {
+        ckpt_shards_io io = zero_ckpt_io_init(&r->zero);
+        dk_status st = ckpt_shards_init_from_hf(cfg->model.path, &m->cfg, &m->layout, &io);
+        return st == DK_OK ? DK_OK : dk_wrap(st, "[model] path = %s: ", cfg->model.path);
+    }
     /* The most ranks any node has: every rank takes that many turns. */
     double *local = dk_calloc((size_t)c->world, sizeof(double));
     local[c->rank] = c->at.local_world;
@@ -98,21 +106,17 @@ static dk_status sharded_weights(run_setup *r, const dk_config *cfg) {
     for (int i = 0; i < c->world; i++)
         if ((int)local[i] > turns) turns = (int)local[i];
     free(local);
-    dk_status st = DK_OK;
     for (int turn = 0; turn < turns; turn++) {
         if (turn == c->at.local_rank) {
             param_buffers host;
             param_buffers_alloc_host(&host, &m->layout, m->cfg.n_layers, m->cfg.tie_embeddings, sizeof(float));
-            if (!cfg->model.path[0])
-                param_init_random(&host, &m->layout, &m->cfg, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
-            else st = weights_load_hf(cfg->model.path, &m->cfg, &m->layout, &host);
-            if (st == DK_OK) zero_load_host(&r->zero, &host);
+            param_init_random(&host, &m->layout, &m->cfg, (uint64_t)cfg->run.seed, (float)cfg->model.init_std);
+            zero_load_host(&r->zero, &host);
             param_buffers_free_host(&host);
-            if (st != DK_OK) return dk_wrap(st, "[model] path = %s: ", cfg->model.path);
         }
         comm_barrier(c);
     }
-    return st;
+    return DK_OK;
 }
 
 optim_config run_setup_optim_config(const dk_config *cfg) {

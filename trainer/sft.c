@@ -20,8 +20,6 @@
 
 #include "common/util.h"
 #include "data/sft_data.h"
-#include "model/param_buffers.h"
-#include "model/weights.h"
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
@@ -30,6 +28,7 @@
 #include "trainer/micro_batch.h"
 #include "trainer/model_setup.h"
 #include "trainer/optim.h"
+#include "trainer/zero_ckpt.h"
 
 /* Host staging for one packed micro-batch. */
 typedef struct {
@@ -66,40 +65,6 @@ static void pack(packed *p, const sft_dataset *ds, const int *idx, int n) {
     }
 }
 
-/* Sharded runs keep no resumable checkpoint yet (that needs the optimizer
- * shards of every rank): one that would resume one refuses to start. */
-static dk_status sharded_resume(const dk_config *cfg) {
-    if (!strcmp(cfg->ckpt.resume, "none")) return DK_OK;
-    char path[DK_CONFIG_STR + 64] = "";
-    if (strcmp(cfg->ckpt.resume, "auto")) snprintf(path, sizeof path, "%s", cfg->ckpt.resume);
-    else DK_TRY(ckpt_find_latest(cfg->run.dir, path, sizeof path));
-    if (path[0])
-        return dk_fail(DK_ERR_USAGE,
-                       "[ckpt] resume = %s: resuming %s is not possible in a sharded run (more than one rank); "
-                       "set ckpt.resume = none or resume with one rank",
-                       cfg->ckpt.resume, path);
-    return DK_OK;
-}
-
-/* A sharded run's checkpoint: the gathered fp32 masters as HF safetensors
- * in RUN_DIR/weights/step_N (written by rank 0; every rank gathers). */
-static dk_status sharded_save(run_setup *r, const dk_config *cfg, int step) {
-    model *m = &r->model;
-    param_buffers host;
-    param_buffers_alloc_host(&host, &m->layout, m->cfg.n_layers, m->cfg.tie_embeddings, sizeof(float));
-    zero_gather_host(&r->zero, &host);
-    dk_status st = DK_OK;
-    if (r->comm.rank == 0) {
-        char dir[DK_CONFIG_STR + 64];
-        snprintf(dir, sizeof dir, "%s/weights/step_%08d", cfg->run.dir, step);
-        st = dk_mkdirs(dir);
-        if (st == DK_OK) st = weights_save_hf(dir, &m->cfg, &m->layout, &host, "fp32", 0);
-        if (st == DK_OK) printf("weights: %s (fp32 masters; no optimizer state in a sharded run)\n", dir);
-    }
-    param_buffers_free_host(&host);
-    return st;
-}
-
 dk_status sft_run(const dk_config *cfg) {
     const int B = cfg->train.batch_size;
     const micro_plan plan = micro_plan_make(cfg, B, 1);
@@ -130,7 +95,15 @@ dk_status sft_run(const dk_config *cfg) {
     lr_schedule sched = {cfg->train.schedule, cfg->train.lr, cfg->train.min_lr, cfg->train.warmup_steps,
                          cfg->run.steps};
     int start = 0;
-    st = r.sharded ? sharded_resume(cfg) : ckpt_resume(cfg, m, &opt, &start);
+    ckpt_shards_io zio;
+    if (r.sharded) {
+        zio = zero_ckpt_io(&r.zero);
+        int t = zero_step_count(&r.zero);
+        st = ckpt_resume_shards(cfg, &m->cfg, &m->layout, &zio, &start, &t);
+        zero_set_step_count(&r.zero, t);
+    } else {
+        st = ckpt_resume(cfg, m, &opt, &start);
+    }
     if (st != DK_OK) goto done;
     int complete = 0;
     st = run_begin(cfg, start, lead, &complete);
@@ -205,16 +178,21 @@ dk_status sft_run(const dk_config *cfg) {
         fflush(stdout);
     saved:;
         int every = cfg->ckpt.every;
-        if (((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) && r.sharded) {
-            st = sharded_save(&r, cfg, step + 1);
+        if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
+            ckpt_state cs = {step + 1, (long)(step + 1) * B, (uint64_t)cfg->run.seed, cm->world};
+            st = lead ? run_logs_mark(cfg->run.dir, step + 1) : DK_OK;
+            /* Every rank writes its slices; rank 0's failure to mark the logs
+             * reaches the others through the first sync of the save. */
+            if (r.sharded) {
+                st = ckpt_shards_sync(&zio, st, "marking the logs");
+                if (st == DK_OK)
+                    st = ckpt_save_shards(cfg->run.dir, &m->cfg, &m->layout, zero_step_count(&r.zero), &zio, cfg,
+                                          &cs, cfg->ckpt.keep, CKPT_MAX_SHARD_BYTES);
+            } else if (st == DK_OK) {
+                st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
+            }
             if (st != DK_OK) goto done_loop;
-        } else if ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps) {
-            ckpt_state cs = {step + 1, (long)(step + 1) * B, (uint64_t)cfg->run.seed, 1};
-            st = run_logs_mark(cfg->run.dir, step + 1);
-            if (st != DK_OK) goto done_loop;
-            st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
-            if (st != DK_OK) goto done_loop;
-            printf("checkpoint: %s/ckpt/step_%08d\n", cfg->run.dir, step + 1);
+            if (lead) printf("checkpoint: %s/ckpt/step_%08d\n", cfg->run.dir, step + 1);
         }
     }
 done_loop:

@@ -85,12 +85,6 @@ int main(int argc, char **argv) {
     static dk_config cfg;
     dk_status st = config_load(&cfg, argv[1], argc - 2, argv + 2);
     if (st != DK_OK) return config_error(st, at);
-    if (at.world > 1 && cfg.run.mode == DK_MODE_EVAL)
-        return config_error(dk_fail(DK_ERR_USAGE,
-                                    "[run] mode = eval runs on one rank only (it is not data-parallel yet), but this "
-                                    "job has %d ranks: start it without mpirun",
-                                    at.world),
-                            at);
     run_lock lock;
     if (at.rank == 0) {
         config_print(&cfg, stdout);
@@ -103,7 +97,7 @@ int main(int argc, char **argv) {
     case DK_MODE_SFT: st = sft_run(&cfg); break;
     case DK_MODE_RL: st = rl_run(&cfg); break;
     case DK_MODE_EVAL:
-        st = config_save(&cfg, path);
+        st = at.rank == 0 ? config_save(&cfg, path) : DK_OK; /* rank 0 writes the run's files */
         if (st == DK_OK) st = eval_run(&cfg);
         break;
     }

@@ -14,7 +14,10 @@
  *   - one AdamW step (eps 1e-3, so an update is smooth in its gradient):
  *     the same global norm (1e-6 relative) and the same parameters (bit for
  *     bit at world 1, else within 1e-6 + 1e-5 relative);
- *   - the shard API round-trips m, v and params.
+ *   - the shard API round-trips m, v and params;
+ *   - the memory plan (trainer/mem_plan.h) of the same shape on the CPU
+ *     backend counts, to the byte, the shards and (world > 1) the gathered
+ *     working set that zero_init allocates.
  * Runs at world 1 alone and at 2 and 3 ranks (tests/mpi/test_zero.sh). */
 #include <math.h>
 #include <stdlib.h>
@@ -25,6 +28,7 @@
 #include "model/param_buffers.h"
 #include "tests/check.h"
 #include "tests/fixture_models.h"
+#include "trainer/mem_plan.h"
 #include "trainer/zero.h"
 
 static float *unit_of(const param_buffers *b, int n_layers, int u) {
@@ -50,6 +54,24 @@ static void run_arch(comm *c, ops_ctx *ctx, dk_arch arch) {
     DK_ASSERT(zero_init(&z, &sh, c, &oc) == DK_OK);
     zero_load_host(&z, &host);
     CHECK(z.n_units == mc.n_layers + 2 + !mc.tie_embeddings, "%s: %d units", name, z.n_units);
+    {
+        dk_config cfg;
+        config_defaults(&cfg);
+        cfg.run.mode = DK_MODE_SFT;
+        mem_plan p;
+        DK_ASSERT(mem_plan_make(&p, &cfg, &mc, W, DK_DEVICE_CPU, (size_t)80e9, 64) == DK_OK);
+        size_t shards = 0, gathered = p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN] + p.bytes[MEM_GATHER_GRADS][MEM_TRAIN];
+        for (int r = MEM_PARAMS; r <= MEM_GRADS; r++) shards += p.bytes[r][MEM_TRAIN];
+        /* At world 1 the plan is the unsharded trainer's (nothing gathered);
+         * zero there (DK_ZERO=1, a check mode) still keeps its working set. */
+        size_t want = z.device_bytes;
+        if (W == 1)
+            want -= (shard_padded(z.pl.embed_size, 1) + shard_padded(z.pl.final_norm_size, 1) +
+                     shard_padded(z.pl.lm_head_size, 1) + 2 * shard_padded(z.pl.layer_size, 1)) *
+                    2 * sizeof(float);
+        CHECK(shards + gathered == want, "%s, world %d: the plan has %zu + %zu bytes, zero_init allocated %zu", name,
+              W, shards, gathered, want);
+    }
 
     for (int u = 0; u < z.n_units; u++) {
         size_t n, b, e, wb, we;

@@ -13,8 +13,12 @@
  *    and tied (no lm head) at world 3: 131. The largest padded unit is a
  *    layer: 164 at world 2, 165 at world 3; every unit gathered whole (the
  *    inference copy) is 56 + 328 + 6 + 56 = 446 at world 2 and
- *    57 + 330 + 6 + 57 = 450 at world 3. bf16 weights, fp32 master, m, v
- *    and gradients; nothing is gathered at world 1.
+ *    57 + 330 + 6 + 57 = 450 at world 3. The train phase's gathered
+ *    working set (trainer/zero.c: the embedding, final norm and lm head
+ *    plus two layer slots, bf16 weights and fp32 gradients) is every unit
+ *    at 2 layers; at 3 layers and world 2 it is 56 + 6 + 56 + 2*164 = 446
+ *    of the 610 padded elements. bf16 weights, fp32 master, m, v and
+ *    gradients; nothing is gathered at world 1.
  * 2. What model_create allocates on the CPU backend (model_device_bytes):
  *    parameters + gradients + activations of the plan equal it exactly, for
  *    Qwen3, Qwen2 (biases, tied) and Llama (o bias) shapes, every recompute
@@ -92,10 +96,11 @@ static void test_shards(void) {
                   "world %zu: master %zu, m %zu, v %zu, grads %zu bytes, want %zu each", w, p.bytes[MEM_MASTER][ph],
                   p.bytes[MEM_ADAM_M][ph], p.bytes[MEM_ADAM_V][ph], p.bytes[MEM_GRADS][ph], 4 * s);
         }
-        CHECK(p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN] == 2 * 2 * want[i].largest &&
-                  p.bytes[MEM_GATHER_GRADS][MEM_TRAIN] == 4 * want[i].largest,
+        /* Two layers: the ends and two layer slots are every unit. */
+        CHECK(p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN] == 2 * want[i].padded &&
+                  p.bytes[MEM_GATHER_GRADS][MEM_TRAIN] == 4 * want[i].padded,
               "world %zu: gathered %zu + %zu bytes, want %zu + %zu", w, p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN],
-              p.bytes[MEM_GATHER_GRADS][MEM_TRAIN], 4 * want[i].largest, 4 * want[i].largest);
+              p.bytes[MEM_GATHER_GRADS][MEM_TRAIN], 2 * want[i].padded, 4 * want[i].padded);
         CHECK(p.bytes[MEM_GATHER_PARAMS][MEM_ROLLOUT] == 0 && p.bytes[MEM_GATHER_GRADS][MEM_ROLLOUT] == 0,
               "world %zu: gather buffers in the rollout phase", w);
         CHECK(p.bytes[MEM_INFER_COPY][MEM_ROLLOUT] == 2 * want[i].padded && p.bytes[MEM_INFER_COPY][MEM_TRAIN] == 0,
@@ -103,6 +108,18 @@ static void test_shards(void) {
               2 * want[i].padded);
         CHECK(p.bytes[MEM_ACTIVATIONS][MEM_ROLLOUT] == 0 && p.bytes[MEM_KV_CACHE][MEM_TRAIN] == 0,
               "world %zu: activations and KV cache each belong to one phase", w);
+    }
+    {   /* Three layers: only two layer slots are gathered. */
+        const char *ov[] = {SMALL_SHAPE, "model.n_layers=3", "run.mode=sft", "data.max_length=16",
+                            "train.batch_size=4", "model.tie_embeddings=false"};
+        dk_config cfg;
+        model_config mc;
+        load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
+        mem_plan p;
+        must(mem_plan_make(&p, &cfg, &mc, 2, DK_DEVICE_CUDA, (size_t)80e9, 0), "mem_plan_make");
+        CHECK(p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN] == 2 * 446 && p.bytes[MEM_GATHER_GRADS][MEM_TRAIN] == 4 * 446,
+              "3 layers, world 2: gathered %zu + %zu bytes, want %d + %d", p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN],
+              p.bytes[MEM_GATHER_GRADS][MEM_TRAIN], 2 * 446, 4 * 446);
     }
     /* SFT has no rollout phase; eval no optimizer state and no train phase. */
     const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=16", "train.batch_size=4"};

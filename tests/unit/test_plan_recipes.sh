@@ -7,7 +7,8 @@
 # the log. Their shard and gather rows are checked against the figures a
 # separate computation from the HF shape gives (python below: every unit of
 # Qwen3-14B / 8B padded to a multiple of the world size, times 2 bytes for
-# bf16 and 4 for fp32), to the table's 0.01 GB.
+# bf16 and 4 for fp32; gathered: the embedding, final norm, lm head and two
+# layers), to the table's 0.01 GB.
 set -eu
 train="${DK_BUILD:-build}/train"
 py="${DK_PYTHON:-.venv/bin/python}"
@@ -60,13 +61,14 @@ for name, (V, C, I, L, Hq, Hkv, D) in shapes.items():
         layer = C + (Hq * D + 2 * Hkv * D) * C + 2 * D + C * Hq * D + C + 3 * I * C
         units = [V * C] + [layer] * L + [C, V * C]
         shard = sum(-(-n // world) for n in units)
-        largest = max(-(-n // world) * world for n in units)
+        pad = lambda n: -(-n // world) * world
+        working = pad(V * C) + pad(C) + pad(V * C) + 2 * pad(layer)  # the ends + two layer slots (zero.c)
         padded = sum(-(-n // world) * world for n in units)
         want = {
             "parameter shard": 2 * shard, "fp32 master shard": 4 * shard, "AdamW m shard (fp32)": 4 * shard,
             "AdamW v shard (fp32)": 4 * shard, "gradient shard (fp32)": 4 * shard,
-            "gathered parameters (2 units)": 2 * 2 * largest if world > 1 else 0,
-            "gathered gradient (1 unit, fp32)": 4 * largest if world > 1 else 0,
+            "gathered parameters (ends + 2 layers)": 2 * working if world > 1 else 0,
+            "gathered gradients (same, fp32)": 4 * working if world > 1 else 0,
             "inference copy of the weights": 2 * padded if world > 1 else 0,
         }
         got = rows(f"{d}/{tag}")
