@@ -1019,9 +1019,14 @@ def candidate_enter(rfd, wfd, limits, workdir, spec, shm=None):
                 continue
             size = CANDIDATE_TMP_BYTES if d == "/tmp" else CANDIDATE_TMPFS_BYTES
             data = f"mode=0700,uid={owner},gid={owner},size={size}"
+            # The import path may live under a hidden folder (a checkout
+            # under /tmp): it is opened before the cover and bound back in,
+            # read-only, so the candidate's process can still import.
+            keep = _paths_under(d, _python_paths())
             if not _mount("tmpfs", d, MS_NOSUID | MS_NODEV, "tmpfs", data):
                 hidden_ok = False
                 info["notes"].append(f"tmpfs over {d} failed: {os.strerror(ctypes.get_errno())}")
+            _bind_back(keep, info["notes"])
         info["private_tmp"] = hidden_ok
     if got & CLONE_NEWPID:
         # The next fork is pid 1 of the new namespace; this process stays
@@ -1085,6 +1090,33 @@ def _python_paths():
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths |= {p for p in sys.path if p and os.path.isdir(p)}
     return paths
+
+
+def _paths_under(d, paths):
+    """(path, O_PATH fd) of the outermost paths strictly inside folder d,
+    opened now so they can be bound back in once d is covered."""
+    top = d.rstrip("/") + "/"
+    inside = sorted({p for p in paths if p.startswith(top) and os.path.exists(p)})
+    inside = [p for p in inside if not any(p != q and p.startswith(q + "/") for q in inside)]
+    keep = []
+    for p in inside:
+        try:
+            keep.append((p, os.open(p, os.O_PATH)))
+        except OSError:
+            pass
+    return keep
+
+
+def _bind_back(keep, notes):
+    """Binds each kept path back to its place, read-only (see _paths_under)."""
+    for p, fd in keep:
+        try:
+            os.makedirs(p, exist_ok=True)
+            if not (_mount(f"/proc/self/fd/{fd}", p, MS_BIND | MS_REC)
+                    and _mount(None, p, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)):
+                notes.append(f"binding {p} back failed: {os.strerror(ctypes.get_errno())}")
+        finally:
+            os.close(fd)
 
 
 def _expose_to_others(paths, notes):
