@@ -2,7 +2,7 @@
 
 It holds nothing of the judge: no reference output, no tolerance, no timer
 state the verdict reads, no result channel. It is forked from the judge
-before the judge has seen its job (sandbox.fork_candidate), sits in its own
+before the judge has seen its job (candidate_sandbox.fork_candidate), sits in its own
 PID and mount namespaces under its own uid, and answers the judge's requests
 over a pair of pipes (env.harness.wire):
 
@@ -155,9 +155,9 @@ class Runner:
             self.model = model_new(*self.init_inputs).to(self.device)
         except BaseException as e:
             return dict(_raised(e), where="while building ModelNew", patched=patched)
-        from env.harness import sandbox
+        from env.harness import candidate_sandbox
 
-        return {"ok": True, "patched": self.patched(), "isolation": sandbox.candidate_isolation}
+        return {"ok": True, "patched": self.patched(), "isolation": candidate_sandbox.candidate_isolation}
 
     def _inputs(self, seed):
         return loader.inputs_from(self.task, int(seed), self.device)

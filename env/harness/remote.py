@@ -1,7 +1,7 @@
 """The judge's handle on the candidate's process (env.harness.candidate_proc).
 
 Requests go out and answers come back over the pipes made by
-sandbox.fork_candidate. An answer is parsed as a claim: its outputs are
+candidate_sandbox.fork_candidate. An answer is parsed as a claim: its outputs are
 rebuilt from bytes (wire.decode_value) and its other fields are read with
 their types checked, so a malformed or hostile answer is a clear failure,
 never a crash of the judge.
@@ -10,7 +10,7 @@ never a crash of the judge.
 import os
 import signal
 
-from env.harness import sandbox, wire
+from env.harness import candidate_sandbox, wire
 
 
 class CandidateGone(Exception):
@@ -44,7 +44,7 @@ class Remote:
         return ans, blobs
 
     def death_text(self):
-        code = sandbox._wait_exit_code(self.link.pid)
+        code = candidate_sandbox._wait_exit_code(self.link.pid)
         if code > 128:
             sig = code - 128
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)

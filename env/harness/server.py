@@ -42,7 +42,7 @@ import time
 import torch
 import triton
 
-from env.harness import evaluate, profiler, protocol, reference, sandbox
+from env.harness import candidate_sandbox, evaluate, profiler, protocol, reference, sandbox
 
 GPU_CHECK_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 120.0
@@ -359,7 +359,7 @@ class Server:
         hidden = [self.cache_dir, self.tmp_base]
         hidden += [d for d in os.environ.get("DK_KG_HIDE", "").split(":") if d]
         seed = self.compile_dirs["triton"] if device == "cuda" else None
-        return sandbox.CandidateSpec(device, env, hidden, seed_cache=seed)
+        return candidate_sandbox.CandidateSpec(device, env, hidden, seed_cache=seed)
 
     @staticmethod
     def finish_child(child, next_spare=None):
