@@ -21,17 +21,14 @@
 static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t scratch, int max_tokens, int sharded,
                             int world) {
     const double n = (double)model_config_n_params(mc);
-    const double act = cfg->run.device == DK_DEVICE_CPU ? 4.0 : 2.0;
-    /* weights + fp32 gradients + fp32 m and v (+ fp32 masters when weights are
-     * bf16), + op scratch; sharded (trainer/zero.h): 1/world of that state,
-     * plus the gathered embedding, final norm and lm head and two layer
-     * slots, weights and fp32 gradients each */
-    double need = n * (act + 4 + 8 + (act < 4 ? 4 : 0)) + (double)scratch;
+    /* fp32 weights, gradients, m and v, + op scratch; sharded
+     * (trainer/zero.h): 1/world of that state, plus the gathered embedding,
+     * final norm and lm head and two layer slots, weights and gradients */
+    double need = n * 16 / (sharded ? world : 1) + (double)scratch;
     if (sharded) {
         param_layout pl;
         param_layout_init(&pl, mc);
-        const double held = (double)(pl.embed_size + pl.final_norm_size + pl.lm_head_size + 2 * pl.layer_size);
-        need = n * (act + 4 + 8 + (act < 4 ? 4 : 0)) / world + held * (act + 4) + (double)scratch;
+        need += (double)(pl.embed_size + pl.final_norm_size + pl.lm_head_size + 2 * pl.layer_size) * 8;
     }
     const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && need > have)
