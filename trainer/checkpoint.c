@@ -294,18 +294,6 @@ dk_status ckpt_load(const char *path, model *m, optim *o, ckpt_state *st) {
     return ckpt_load_shards(path, &m->cfg, &m->layout, &io, st, &o->t);
 }
 
-dk_status ckpt_find_latest(const char *run_dir, char *path, size_t n) {
-    char ckdir[4096];
-    snprintf(ckdir, sizeof ckdir, "%s/ckpt", run_dir);
-    ckpt_entry es[4096];
-    int k = list_complete(ckdir, es, 4096), best = -1;
-    for (int i = 0; i < k; i++)
-        if (best < 0 || es[i].step > es[best].step) best = i;
-    if (best < 0) path[0] = '\0';
-    else snprintf(path, n, "%s/step_%08d", ckdir, es[best].step);
-    return DK_OK;
-}
-
 /* resume = none: a fresh start, refused over existing checkpoints unless
  * ckpt.overwrite clears them. */
 static dk_status start_clean(const dk_config *cfg, const ckpt_shards_io *io) {

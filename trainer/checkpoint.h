@@ -47,8 +47,6 @@ const char *ckpt_run_id(void);
  * complete ones (keep 0: keep all). */
 dk_status ckpt_save(const char *run_dir, const model *m, const optim *o, const dk_config *cfg, const ckpt_state *st,
                     int keep);
-/* The newest complete checkpoint under RUN_DIR/ckpt (path empty when none). */
-dk_status ckpt_find_latest(const char *run_dir, char *path, size_t n);
 /* Checks a checkpoint directory (DONE, state.json, every file's size and
  * checksum) and restores parameters, optimizer state and the state; errors
  * name the file. */
