@@ -98,6 +98,12 @@ def _guarded_namespaces():
     torch's functional and tensor APIs, the module call path, the timers, the
     comparison helpers and Triton's launch path."""
     import triton
+    # Importing dynamo rebinds torch.manual_seed (and a few others) to wrappers
+    # that keep dynamo from tracing them. Whatever imports it later in the
+    # candidate's process (torch.profiler, a lazy import on the GPU path)
+    # would otherwise look like the candidate replacing torch's functions, so
+    # it is imported before the snapshot is taken.
+    import torch._dynamo  # noqa: F401
 
     spaces = {
         "torch": torch,

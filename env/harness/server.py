@@ -40,6 +40,7 @@ import tempfile
 import time
 
 import torch
+import torch._dynamo  # noqa: F401  here once, not in every child (guards.py says why it is needed)
 import triton
 
 from env.harness import candidate_sandbox, evaluate, profiler, protocol, reference, sandbox
