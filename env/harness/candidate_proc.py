@@ -12,8 +12,9 @@ over a pair of pipes (env.harness.wire):
            the judge from os.urandom at the moment of the call), run one
            forward, return the output as bytes
   time     {seeds, order, warmup}  (CUDA) timed calls with L2 flush and
-           events; each timed call's output is kept for fetch and its
-           digest (wire.digest) sent with the batch's answer
+           events (timing.timed_batch); each timed call's output is kept
+           for fetch and its digest (wire.digest) sent with the batch's
+           answer
   fetch    {call}                  the output of one timed call, as bytes
   profile  {input_seed}            the CUPTI profile of one forward
   release / modules                free the kept outputs / the modules
@@ -51,16 +52,6 @@ def _raised(e):
     return {"raised": {"kind": kind, "type": type(e).__name__, "text": evaluate.candidate_error_text(e),
                        "message": f"{type(e).__name__}: {e}"[:2000]}}
 
-
-
-def _empty_like(x):
-    """An uninitialised value with x's structure, dtypes, shapes and devices
-    (the empty timed calls' stand-in for an output)."""
-    if isinstance(x, torch.Tensor):
-        return torch.empty_like(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(_empty_like(e) for e in x)
-    return x
 
 class Runner:
     def __init__(self, device_type):
@@ -207,59 +198,35 @@ class Runner:
                 "kernels": dict(self.counter.per_kernel), "patched": self.patched()}, blobs
 
     def op_time(self, req):
-        """Timed calls over the pool drawn from the judge's seeds. Each call:
-        inputs copied into one of two fixed buffers, L2 flush, events around
-        the forward, device sync, then (outside the events, inside the
-        judge's wall clock) the output's digest. The outputs are kept for
-        fetch."""
+        """Timed calls over the pool drawn from the judge's seeds
+        (timing.timed_batch): inputs copied into one of two fixed buffers,
+        L2 flush, events around the forward, device sync, then (outside
+        the events, inside the judge's wall clock) the output's digest. The
+        outputs are kept for fetch. The judge times its empty batch itself,
+        so nothing here can make the harness's own cost look larger."""
         seeds = [int(s) for s in req["seeds"]]
         for s in seeds:
             if s not in self.pool:
                 self.pool[s] = self._inputs(s)
         if not hasattr(self, "flusher"):
             self.flusher = timing.Flusher(self.device)
-        null = bool(req.get("null"))
-        if not null:  # an empty batch leaves the outputs of the batch before it
-            self.timed = {}
+        self.timed = {}
         self.model.train(True)
-        bufs = [loader.clone_inputs(self.pool[seeds[0]]), loader.clone_inputs(self.pool[seeds[0]])]
-        start = self.timers.Event(enable_timing=True)
-        end = self.timers.Event(enable_timing=True)
-        times, digests = [], {}
-        # An empty call stands in for a real one in everything but the
-        # forward: it allocates an output like the real call's and keeps it
-        # for the batch (so the caching allocator grows as it does when the
-        # real outputs are kept), and pays the same encoding and digest. The
-        # judge's wall-clock difference between the two batches is then the
-        # forward alone.
-        like = next(iter(self.timed.values())) if null and self.timed else None
-        ghosts = []
+        pool = [self.pool[s] for s in seeds]
+        bufs = [loader.clone_inputs(pool[0]), loader.clone_inputs(pool[0])]
+        digests = {}
+
+        def keep(i, out):
+            self.timed[i] = out
+            blobs = []
+            wire.encode_value(out, blobs)
+            digests[str(i)] = str(wire.digest(blobs))
+
         order, warmup = [int(i) for i in req["order"]], int(req["warmup"])
         before = self.counter.candidate
         try:
-            with torch.no_grad():
-                for i, p in enumerate(order):
-                    args = bufs[i % 2]
-                    if not timing.copy_into(args, self.pool[seeds[p]]):
-                        args = self.pool[seeds[p]]
-                    self.flusher.flush()
-                    self.timers.record(start)
-                    out = None if null else self.model(*args)
-                    self.timers.record(end)
-                    self.timers.synchronize()
-                    if i >= warmup:
-                        times.append(float(self.timers.elapsed_time(start, end)))
-                        if out is not None:
-                            self.timed[i] = out
-                            blobs = []
-                            wire.encode_value(out, blobs)
-                            digests[str(i)] = str(wire.digest(blobs))
-                        elif like is not None:
-                            ghost = _empty_like(like)
-                            ghosts.append(ghost)
-                            blobs = []
-                            wire.encode_value(ghost, blobs)
-                            wire.digest(blobs)
+            times = timing.timed_batch(lambda args: self.model(*args), pool, order, warmup, bufs, self.flusher,
+                                       self.timers, keep)
         except BaseException as e:
             return dict(_raised(e), patched=self.patched())
         return {"times_ms": times, "digests": digests, "launches": self.counter.candidate - before,

@@ -16,17 +16,20 @@ its outputs as bytes. The judge:
      output is rebuilt from its bytes in a plain tensor and checked for
      dtype, shape, a dense layout and values;
   5. runs the call sequence; on CUDA the candidate's process times batches
-     of calls with events and the judge holds its wall clock around each
-     batch (and around a batch of empty calls) and checks the events
-     against it, then verifies the output of a call of each batch chosen
-     after the batch ran, which must match the digest the batch sent for
-     it; the statistics are computed here;
+     of calls with events, the judge times the reference's batches itself
+     in between (same session, same input sets, same loop), holds its wall
+     clock around each candidate batch, runs an empty batch of the same
+     length itself and checks the events against the difference, then
+     verifies the output of a call of each batch chosen after the batch
+     ran, which must match the digest the batch sent for it; the
+     statistics (medians, the speedup) are computed here;
   6. takes the CUPTI profile (CUDA) and, at a random point of the sequence,
      the no-effect probe (Triton launches swallowed: the output must change);
   7. adds what the candidate's process reported its guards saw (patched
      torch / timer / launch functions) and writes the verdict.
-The reference is timed elsewhere (env.harness.reference), in a process that
-never imports the candidate.
+The reference is timed here, beside the candidate, with reference_mode
+"eager"; a compiled reference is timed elsewhere (env.harness.reference, a
+process that never imports the candidate) and cached.
 """
 
 import os
@@ -36,7 +39,7 @@ import traceback
 
 import torch
 
-from env.harness import compare, loader, protocol, remote, sandbox, static_checks, timing, wire
+from env.harness import compare, guards, loader, protocol, remote, sandbox, static_checks, timing, wire
 
 TASK_MODULE = "kg_task"
 CANDIDATE_MODULE = "kg_candidate"
@@ -154,14 +157,21 @@ TIMED_BATCHES = 4
 BATCH_KEEP_BYTES = 8 << 30
 # Event times the judge's wall clock does not back: a batch's events may
 # claim less than the wall time of its calls (the wall of the batch minus
-# the wall of as many empty calls) by at most this share, plus this slack
-# per call. The slack is measured: on an H200 the honest corpus's calls
+# the wall of as many empty calls, run by the judge itself so the candidate
+# can neither slow nor speed them) by at most this share, plus this slack
+# per call (timing.wall_bound). The slack was measured with the empty calls
+# in the candidate's process: on an H200 the honest corpus's calls
 # cost 0.6 to 1.0 ms a call of wall clock more than their events (host
 # work around the forward that the empty call does not repeat), whatever
 # the kernel's own time, so the check bounds forged times to half the wall
 # clock plus 1 ms: it stops a forged 10 ms kernel, not a forged 0.05 ms one.
 WALL_EVENT_SHARE = 0.5
 WALL_EVENT_SLACK_MS = 1.0
+# Before the first measured batch the GPU runs the reference (or empty
+# calls, where the reference is timed elsewhere) for at least this long:
+# the first calls after an idle spell run at lower clocks.
+STEADY_WARM_MS = 50.0
+STEADY_WARM_MAX_CALLS = 2000
 
 
 class Evaluation:
@@ -489,10 +499,11 @@ class Evaluation:
         self.res["sequence"] = {"calls": calls, "warmup": warmup, "input_sets": n}
         self.phases["time"] = _ms(t0)
 
-    def _timed_batch(self, order, warmup, null=False):
-        """(event times, wall ms, digests by call) of one batch of timed calls."""
+    def _timed_batch(self, order, warmup):
+        """(event times, wall ms, digests by call) of one batch of timed calls
+        in the candidate's process."""
         t0 = time.perf_counter()
-        ans, _ = self.ask({"op": "time", "seeds": self.pool_seeds, "order": order, "warmup": warmup, "null": null},
+        ans, _ = self.ask({"op": "time", "seeds": self.pool_seeds, "order": order, "warmup": warmup},
                           "during the timed call sequence")
         wall = _ms(t0)
         times = ans.get("times_ms")
@@ -502,22 +513,84 @@ class Evaluation:
         digests = ans.get("digests") if isinstance(ans.get("digests"), dict) else {}
         return [float(x) for x in times], wall, digests
 
+    def _timing_session(self):
+        """The judge's side of the timed calls: the pool's input sets drawn
+        again on its device, two input buffers, its own L2 flusher and
+        events (the judge never ran candidate code: its torch is the one the
+        server imported)."""
+        if getattr(self, "session", None) is None:
+            pool = [loader.inputs_from(self.task, s, self.device) for s in self.pool_seeds]
+            self.session = {"pool": pool, "bufs": [loader.clone_inputs(pool[0]), loader.clone_inputs(pool[0])],
+                            "flusher": timing.Flusher(self.device), "timers": guards.Timers()}
+        return self.session
+
+    def _judge_batch(self, call, order, warmup, like):
+        """(event times, wall ms) of one batch run here with the candidate's
+        loop (timing.timed_batch). Each call's output, or for the empty
+        batch (call returns None) an uninitialised one shaped like the
+        reference's, is kept to the batch's end and digested, as the
+        candidate's process does with its outputs."""
+        s = self._timing_session()
+        kept = []
+
+        def keep(i, out):
+            out = timing.empty_like(like[order[i]]) if out is None else out
+            kept.append(out)
+            try:
+                blobs = []
+                wire.encode_value(out, blobs)
+                wire.digest(blobs)
+            except wire.WireError:
+                pass
+
+        t0 = time.perf_counter()
+        times = timing.timed_batch(call, s["pool"], order, warmup, s["bufs"], s["flusher"], s["timers"], keep)
+        return times, _ms(t0)
+
+    def _reference_call(self, args):
+        return self.ref_model(*args)
+
     def _timed_sequence(self, calls, warmup, probe_at):
-        """Timed calls in batches. Per batch: the wall clock here around it,
-        the events there; afterwards one of its calls, chosen now, has its
-        output fetched and verified. An empty batch of the same length
-        measures what the wall clock holds besides the calls."""
+        """Timed calls in batches, the reference's timed here in the same
+        session. The GPU first runs the reference for STEADY_WARM_MS (its
+        clocks settle); then per batch: the reference's batch here and the
+        candidate's there, in alternating order (timing.interleave_order),
+        the same input sets and L2 flush for both; the judge's wall clock
+        around the candidate's batch, and around an empty batch of the same
+        length run here (what the wall clock holds besides the forwards,
+        measured where no candidate code ran); afterwards one of its calls,
+        chosen now, has its output fetched and verified. The speedup is the
+        ratio of the two sides' medians."""
         n = self.pool_n
         per_batch = min(-(-calls // TIMED_BATCHES), max(1, BATCH_KEEP_BYTES // max(1, self.out_bytes)))
         order = [i % n for i in range(warmup + calls)]
-        times, walls, nulls = [], 0.0, 0.0
-        done, first = 0, True
+        in_session = self.opts["reference_mode"] == "eager"
+        s = self._timing_session()
+        self.ref_model.train(True)
+        own = 0.0
+        t0 = time.perf_counter()
+        steady = self._reference_call if in_session else (lambda args: None)
+        warmed = timing.warm_until(steady, s["pool"], s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS,
+                                   warmup, STEADY_WARM_MAX_CALLS)
+        own += _ms(t0)
+        ref_first = timing.interleave_order(-(-calls // per_batch))
+        times, ref_times, walls, nulls, ref_walls = [], [], 0.0, 0.0, 0.0
+        done, b = 0, 0
         while done < calls:
             size = min(per_batch, calls - done)
-            w = warmup if first else 0
-            batch = order[done:done + w + size] if first else order[warmup + done:warmup + done + size]
+            w = warmup if b == 0 else 0
+            batch = order[:w + size] if b == 0 else order[warmup + done:warmup + done + size]
+            ref_wall = 0.0
+            if in_session and ref_first[b]:
+                rt, ref_wall = self._judge_batch(self._reference_call, batch, w, self.pool_refs)
             ts, wall, digests = self._timed_batch(batch, w)
-            _, wall_null, _ = self._timed_batch(batch, w, null=True)
+            if in_session and not ref_first[b]:
+                rt, ref_wall = self._judge_batch(self._reference_call, batch, w, self.pool_refs)
+            if in_session:
+                ref_times += rt
+                own += ref_wall
+            _, wall_null = self._judge_batch(lambda args: None, batch, w, self.pool_refs)
+            own += wall_null
             k = secrets.randbelow(size)
             ans, blobs = self.ask({"op": "fetch", "call": w + k}, "while fetching a timed call's output")
             # The output fetched must be the one the batch committed to: an
@@ -540,23 +613,39 @@ class Evaluation:
             times += ts
             walls += wall * frac
             nulls += wall_null * frac
+            ref_walls += ref_wall * frac
             done += size
-            first = False
+            b += 1
             if probe_at <= done and probe_at >= done - size:
                 self._no_effect()
                 probe_at = -1
+        self.phases["time_reference"] = own
         if self.res["hack"]["detected"]:
             return
         summary = timing.summarize(times)
-        wall_per_call = max(0.0, (walls - nulls) / max(1, len(times)))
-        self.res["timing_check"] = {"event_mean_ms": summary["mean"], "wall_per_call_ms": wall_per_call}
-        if summary["mean"] < WALL_EVENT_SHARE * wall_per_call - WALL_EVENT_SLACK_MS:
+        ok, per_event, per_wall = timing.wall_bound(sum(times), walls, nulls, len(times), WALL_EVENT_SHARE,
+                                                    WALL_EVENT_SLACK_MS)
+        check = {"event_mean_ms": per_event, "wall_per_call_ms": per_wall,
+                 "null_per_call_ms": nulls / max(1, len(times)), "slack_ms": WALL_EVENT_SLACK_MS,
+                 "steady_warm_calls": warmed, "batches": b}
+        if in_session and ref_times:
+            # The same gap for the reference, timed here where no candidate
+            # code ran: what an honest forward's wall clock holds beyond its
+            # events on this GPU (the yardstick for WALL_EVENT_SLACK_MS).
+            _, ref_event, ref_wall_per_call = timing.wall_bound(sum(ref_times), ref_walls, nulls, len(ref_times),
+                                                                WALL_EVENT_SHARE, WALL_EVENT_SLACK_MS)
+            check.update(ref_event_mean_ms=ref_event, ref_wall_per_call_ms=ref_wall_per_call)
+        self.res["timing_check"] = check
+        if not ok:
             self.hack("runtime:timing_mismatch",
-                      f"the events claim {summary['mean']:.4f} ms a call, the judge's wall clock "
-                      f"{wall_per_call:.4f} ms a call")
+                      f"the events claim {per_event:.4f} ms a call, the judge's wall clock {per_wall:.4f} ms a call")
             return
         self.res["runtime_ms"] = summary
         self.res["timing_available"] = True
+        if in_session and ref_times:
+            self.res["ref_runtime_ms"] = timing.summarize(ref_times)
+            self.res["reference_in_session"] = True
+            self.res["speedup"] = timing.speedup_of(ref_times, times)
 
     def _profile(self):
         if self.device.type != "cuda" or not self.opts["profile"]:
