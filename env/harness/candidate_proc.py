@@ -6,7 +6,10 @@ before the judge has seen its job (candidate_sandbox.fork_candidate), sits in it
 PID and mount namespaces under its own uid, and answers the judge's requests
 over a pair of pipes (env.harness.wire):
 
-  load     {task_source, candidate_source, seed}      build ModelNew
+  load     {task_source, candidate_source, seed, cache_files}
+           seed its Triton cache with the kernels an earlier run of the
+           same source compiled (blobs), then build ModelNew (while the
+           judge computes its references)
   forward  {input_seed, mode, seed, hold, buffer, swallow}
            draw the inputs from the task with the judge's seed (chosen by
            the judge from os.urandom at the moment of the call), run one
@@ -19,6 +22,8 @@ over a pair of pipes (env.harness.wire):
   profile  {input_seed}            the CUPTI profile of one forward
   release / modules                free the kept outputs / the modules
                                    imported since the fork (warm-up only)
+  cache                            the files of its Triton cache
+                                   (env.harness.kernel_cache)
 
 Everything it says (launch counts, event times, guard findings, the
 exceptions it raised) is a claim: the judge checks outputs from their bytes
@@ -126,6 +131,9 @@ class Runner:
         if self.ready_error:
             return {"error": self.ready_error}
         workdir = os.getcwd()
+        names = req.get("cache_files")
+        if names:
+            self._seed_kernels(names, self.req_blobs)
         try:
             self.task = loader.load_module(TASK_MODULE, req["task_source"], workdir)
             self.init_inputs = list(self.task.get_init_inputs())
@@ -149,6 +157,27 @@ class Runner:
         from env.harness import candidate_sandbox
 
         return {"ok": True, "patched": self.patched(), "isolation": candidate_sandbox.candidate_isolation}
+
+    def _seed_kernels(self, names, blobs):
+        """Writes the kernels compiled by an earlier run of this very source
+        (env.harness.kernel_cache) into this process's own Triton cache."""
+        from env.harness import kernel_cache
+
+        datas = [b.numpy().tobytes() for b in blobs]
+        root = os.environ.get("TRITON_CACHE_DIR")
+        if root and kernel_cache.valid_files(names, [len(d) for d in datas]):
+            try:
+                kernel_cache.write_tree(root, names, datas)
+            except OSError:
+                pass
+
+    def op_cache(self, req):
+        """The files of this process's Triton cache, for the judge to keep
+        for later runs of the same source (env.harness.kernel_cache)."""
+        from env.harness import kernel_cache
+
+        names, datas = kernel_cache.read_tree(os.environ.get("TRITON_CACHE_DIR"))
+        return {"files": names}, datas
 
     def _inputs(self, seed):
         return loader.inputs_from(self.task, int(seed), self.device)
@@ -274,10 +303,10 @@ def serve(rfd, wfd, device_type, shm=None):
         runner.ready_error = f"internal: the candidate's process could not be set up: {type(e).__name__}: {e}"
     ops = {"load": runner.op_load, "forward": runner.op_forward, "time": runner.op_time,
            "fetch": runner.op_fetch, "release": runner.op_release, "profile": runner.op_profile,
-           "modules": runner.op_modules}
+           "modules": runner.op_modules, "cache": runner.op_cache}
     while True:
         try:
-            req, _ = wire.recv(rfd)
+            req, runner.req_blobs = wire.recv(rfd)
         except (EOFError, wire.WireError, OSError):
             return
         op = ops.get(req.get("op"))

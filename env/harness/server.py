@@ -42,7 +42,7 @@ import time
 import torch
 import triton
 
-from env.harness import candidate_sandbox, evaluate, profiler, protocol, reference, sandbox
+from env.harness import candidate_sandbox, evaluate, kernel_cache, profiler, protocol, reference, sandbox
 
 GPU_CHECK_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 120.0
@@ -298,7 +298,10 @@ class Server:
             os.path.expanduser("~"), ".cache", "drkernel", "kernelgym")
         self.compile_dirs = {name: os.path.join(self.cache_dir, name) for name in ("triton", "nv", "inductor")}
         self.writable_dirs = list(self.compile_dirs.values())  # besides the job's own directory
-        for d in list(self.compile_dirs.values()) + [os.path.join(self.cache_dir, "ref")]:
+        # Kernels kept per candidate source (env.harness.kernel_cache): judges
+        # read it, only the server writes it.
+        self.kernel_store = os.path.join(self.cache_dir, "kernels")
+        for d in list(self.compile_dirs.values()) + [os.path.join(self.cache_dir, "ref"), self.kernel_store]:
             os.makedirs(d, exist_ok=True)
         base = os.environ.get("DK_KG_TMP") or tempfile.gettempdir()
         self.tmp_base = os.path.join(base, f"dk-kernelgym-{os.getpid()}")
@@ -370,12 +373,17 @@ class Server:
         return candidate_sandbox.CandidateSpec(device, env, hidden, seed_cache=seed)
 
     @staticmethod
-    def finish_child(child, next_spare=None):
+    def finish_child(child, next_spare=None, keep=None):
         """Supervises a child to its end (sandbox.finish); its job directory
-        goes with it."""
+        goes with it, after keep(workdir) when given."""
         try:
             return sandbox.finish(child, next_spare=next_spare)
         finally:
+            if keep is not None:
+                try:
+                    keep(child.workdir)
+                except OSError as e:
+                    log(f"keeping a job's files failed: {e}")
             shutil.rmtree(child.workdir, ignore_errors=True)
 
     def run_child(self, target, device, gpu, limits, judge=False):
@@ -543,7 +551,9 @@ class Server:
         if child is None:
             child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits, judge=True)
         nxt = self.spawn_spare(key, limits, device, gpu) if self.prefork else None
-        out = self.finish_child(child, next_spare=nxt)
+        source = job["candidate_source"]
+        out = self.finish_child(child, next_spare=nxt, keep=lambda workdir: kernel_cache.publish(
+            self.kernel_store, source, os.path.join(workdir, kernel_cache.HARVEST_DIR)))
         self.spare = nxt
         res = self.outcome_result(job.get("id"), out)
         if res["status"] in ("crash", "timeout"):
@@ -583,6 +593,7 @@ class Server:
             return protocol.error_result(job_id, f"bad job: {e}")
         job = dict(job)
         job["device"] = job.get("device") or ("cuda" if self.cuda else "cpu")
+        job["kernel_store"] = self.kernel_store
         problem = self.validate(job, opts)
         if problem:
             return protocol.error_result(job_id, problem)

@@ -35,19 +35,15 @@ import corpus  # noqa: E402
 from env.harness.candidate_sandbox import CANDIDATE_USER, identity_lines  # noqa: E402
 from env.harness.client import HarnessServer  # noqa: E402
 
-# The honest row_sum candidate, plus identity checks in module code and in
-# forward. OTHER_UID is 0 for the real test: the candidate also looks up the
-# uid os.getuid() + OTHER_UID, which must exist only when it is 0.
-CANDIDATE = '''
+# The honest row_sum candidate (tests/kernelgym/candidates) with identity
+# checks in its module code and in its forward. OTHER_UID is 0 for the real
+# test: the candidate looks up the uid os.getuid() + OTHER_UID, which must
+# exist only when it is 0.
+CHECKS = '''
 import getpass
+import grp
 import os
 import pwd
-import grp
-
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
 
 OTHER_UID = {other}
 
@@ -74,27 +70,24 @@ def who():
 
 
 WHO = who()
+'''
+
+FORWARD_CHECK = '''
+
+_Honest = ModelNew
 
 
-@triton.jit
-def row_sum_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for c0 in range(0, cols, BLOCK):
-        offs = c0 + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + row * cols + offs, mask=offs < cols, other=0.0)
-    tl.store(y_ptr + row, tl.sum(acc, axis=0))
-
-
-class ModelNew(nn.Module):
+class ModelNew(_Honest):
     def forward(self, x):
         assert who() == WHO
-        x = x.contiguous()
-        rows, cols = x.shape
-        y = torch.empty((rows, 1), device=x.device, dtype=x.dtype)
-        row_sum_kernel[(rows,)](x, y, cols, BLOCK=256)
-        return y
+        return super().forward(x)
 '''
+
+
+def candidate(other):
+    honest = corpus.read(os.path.join(corpus.HERE, "candidates", "row_sum__triton.py"))
+    return CHECKS.format(other=other, user=CANDIDATE_USER) + honest + FORWARD_CHECK
+
 
 failures = []
 
@@ -125,14 +118,14 @@ def main():
     opts = {"correctness_trials": 2, "timeout_s": 60, "memory_limit_gb": 4, "static_checks": False}
     task = corpus.task_source("row_sum")
     try:
-        res = server.evaluate(task, CANDIDATE.format(other=0, user=CANDIDATE_USER), "cpu", opts, "identity")
+        res = server.evaluate(task, candidate(0), "cpu", opts, "identity")
         cand = (res.get("sandbox") or {}).get("candidate") or {}
         check(res["status"] == "ok" and res["correct"],
               f"identity: {res['status']} {res['error'][:600]} (sandbox notes {cand.get('notes')})")
         check(isinstance(cand.get("uid"), int) and cand["uid"] != 0 and cand.get("identity") is True,
               f"identity: the candidate's process ran as {cand.get('uid')} with identity {cand.get('identity')}")
         print(f"  identity: {res['status']} as uid {cand.get('uid')} ({CANDIDATE_USER})")
-        res = server.evaluate(task, CANDIDATE.format(other=1, user=CANDIDATE_USER), "cpu", opts, "control")
+        res = server.evaluate(task, candidate(1), "cpu", opts, "control")
         check(res["status"] == "compile_error" and "getpwuid" in res["error"],
               f"control: a lookup of another uid gave {res['status']} {res['error'][:300]}")
         print(f"  control: {res['status']} ({res['error'].splitlines()[0][:80] if res['error'] else ''})")

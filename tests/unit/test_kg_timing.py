@@ -13,13 +13,17 @@
                empty batch runs in the judge, never in the candidate's
                process; the speedup is the ratio of the medians; a
                candidate whose events claim far less than the judge's wall
-               clock is runtime:timing_mismatch; a slow empty batch in the
-               candidate's process (which no longer runs one) changes
-               nothing
+               clock is runtime:timing_mismatch; the judge never asks the
+               candidate's process for an empty batch
+  settle       once the candidate's process is gone the judge times the
+               reference again: a session reference slowed by more than
+               INTERFERENCE_SHARE gives way to the clean one; a process
+               that does not exit is runtime:timing_interference
 """
 
 import os
 import sys
+import tempfile
 import time
 
 ROOT = os.environ.get("DK_SOURCE") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -118,6 +122,14 @@ class FakeCandidate:
     def __init__(self, ev, wall_ms, event_ms, log):
         self.ev, self.wall_ms, self.event_ms, self.log = ev, wall_ms, event_ms, log
         self.outs = {}
+        self.exits = True      # whether it exits once the judge closes its channel
+        self.on_exit = None    # called when it has exited
+
+    def wait_gone(self, timeout_s):
+        self.log.append("gone" if self.exits else "lingers")
+        if self.exits and self.on_exit is not None:
+            self.on_exit()
+        return self.exits
 
     def request(self, header):
         op = header["op"]
@@ -154,10 +166,12 @@ class JudgeClock(FakeClock):
         self.log, self.ev = log, ev
 
 
-def session(wall_ms, event_ms, ref_ms, calls=8, warmup=1):
-    """Runs Evaluation._timed_sequence on the CPU with the stand-ins; returns
-    (result, request log)."""
-    task = loader.load_module("kg_task_timing", corpus.task_source("row_sum"), os.getcwd())
+def session(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, exits=True):
+    """Runs Evaluation._timed_sequence, then _settle_timing, on the CPU with
+    the stand-ins; returns (result, request log, reference calls made).
+    clean_ref_ms: the reference's time once the candidate's process is gone
+    (default ref_ms); exits: whether that process exits."""
+    task = loader.load_module("kg_task_timing", corpus.task_source("row_sum"), tempfile.mkdtemp(prefix="kg-timing-"))
     ev = evaluate.Evaluation.__new__(evaluate.Evaluation)
     ev.opts = protocol.resolve_options({"perf_trials": calls, "warmup": warmup})
     ev.res = protocol.new_result("timing")
@@ -190,8 +204,19 @@ def session(wall_ms, event_ms, ref_ms, calls=8, warmup=1):
     clock = JudgeClock(ref_ms, log, ev)
     saved = evaluate.guards.Timers
     evaluate.guards.Timers = lambda: clock
+    ev.remote.exits = exits
+
+    def gone():
+        clock.ms = ref_ms if clean_ref_ms is None else clean_ref_ms
+
+    ev.remote.on_exit = gone
     try:
         ev._timed_sequence(calls, warmup, probe_at=-1)
+        ev.res["status"] = "ok"
+        try:
+            ev._settle_timing()
+        except evaluate.Stop:
+            pass
     finally:
         evaluate.guards.Timers = saved
     return ev.res, log, calls_made
@@ -224,6 +249,25 @@ def test_session():
     check(res["hack"]["detected"] and "runtime:timing_mismatch" in res["hack"]["reasons"] and not res["timing_available"],
           f"session: forged events not caught: {res['hack']} {res.get('timing_check')}")
     print(f"  session: forged events -> {res['hack']['reasons']}")
+    # the reference ran at 3 ms beside the candidate's process, 2 ms once it
+    # was gone: the session's reference was slowed from outside, the clean
+    # one counts (2 / 4), not the session's (3 / 4)
+    res, log, _ = session(4.0, 4.0, 3.0, clean_ref_ms=2.0)
+    tc = res.get("timing_check") or {}
+    check(res["status"] == "ok" and res["speedup"] == 0.5 and tc.get("reference_slowed")
+          and tc.get("ref_session_median_ms") == 3.0 and tc.get("ref_clean_median_ms") == 2.0,
+          f"session: slowed reference gave speedup {res['speedup']} {tc}")
+    check(log.index("gone") > max(i for i, op in enumerate(log) if op == "time"),
+          f"session: settled before the candidate's process was gone: {log}")
+    # within the share: the session's reference counts (2.05 / 4)
+    res, _, _ = session(4.0, 4.0, 2.05, clean_ref_ms=2.0)
+    check(res["status"] == "ok" and abs(res["speedup"] - 2.05 / 4.0) < 1e-12
+          and not res["timing_check"].get("reference_slowed"), f"session: 2.5% slower session gave {res['speedup']}")
+    print(f"  session: a reference slowed beside the candidate -> the clean one counts (speedup 0.5, not 0.75)")
+    res, _, _ = session(4.0, 4.0, 2.0, exits=False)
+    check(res["status"] == "hack" and "runtime:timing_interference" in res["hack"]["reasons"]
+          and res["speedup"] is None, f"session: a lingering candidate gave {res['status']} {res['hack']}")
+    print(f"  session: a candidate's process that does not exit -> {res['hack']['reasons']}")
 
 
 def main():

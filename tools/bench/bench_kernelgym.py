@@ -10,12 +10,16 @@ no profile): it shows where a job's time goes outside the GPU work (forks,
 sandbox, imports, the pipe, the reference outputs) on a machine without one.
 
 Timed GPU work of a job = candidate mean x (warm-up + timed calls), plus the
-same for the reference when it was measured rather than read from the cache.
-A cold pass over the set comes first and is reported apart: it pays each
-candidate's Triton compile and each task's reference timing, work that the
-candidate's own compile time and the per-task cache account for rather than
-the harness. The --jobs measured evaluations after it are the harness's
-steady state; --no-cold-pass measures from the first job instead.
+same for the reference when it was measured (in the judge's session, every
+job, with reference_mode eager) rather than read from the cache. A cold
+pass over the set comes first and is reported apart: it pays each
+candidate's Triton compile, work that is the candidate's own and that the
+kernel store (env/harness/kernel_cache.py) keeps for later runs of the same
+source. The --jobs measured evaluations after it are the harness's steady
+state; --no-cold-pass measures from the first job instead. The phases
+include "boundary" (the judge's round trips to the candidate's process
+beyond the work that process reports) and "time_reference" (the judge's own
+reference, empty and warm-up batches).
 
     python tools/bench/bench_kernelgym.py [--jobs 20] [--gpu 0] [--device cuda|cpu] [--report FILE]
 """
@@ -37,8 +41,8 @@ import corpus  # noqa: E402
 from env.harness.client import HarnessServer  # noqa: E402
 
 
-PHASE_ORDER = ("sandbox", "setup", "check", "load", "candidate_ready", "candidate_load", "reference_outputs",
-               "correctness", "time", "time_reference", "time_candidate", "profile", "reference", "child_wall",
+PHASE_ORDER = ("sandbox", "setup", "check", "load", "candidate_load", "reference_outputs",
+               "correctness", "time", "time_reference", "profile", "boundary", "reference", "child_wall",
                "total")
 
 
@@ -115,7 +119,8 @@ def main():
         rows.append({"job": i, "candidate": name, "status": res["status"], "wall_s": wall, "gpu_work_s": work,
                      "forked_ahead": res.get("forked_ahead"),
                      "overhead_s": wall - work, "pass": -1 if cold else i // len(cands), "reference_cached": res.get("reference_cached"),
-                     "phases_ms": res.get("phases_ms"), "speedup": res.get("speedup"), "error": res.get("error", "")[:200]})
+                     "phases_ms": res.get("phases_ms"), "speedup": res.get("speedup"), "error": res.get("error", "")[:200],
+                     "kernels_seeded": res.get("kernels_seeded"), "timing_check": res.get("timing_check")})
         last_profile = res.get("pyprofile")
     total = time.monotonic() - t_measured if t_measured is not None else 0.0
     server.close()
