@@ -174,15 +174,14 @@ WALL_EVENT_SLACK_MS = 1.0
 # the first calls after an idle spell run at lower clocks.
 STEADY_WARM_MS = 30.0
 STEADY_WARM_MAX_CALLS = 2000
-# Once the candidate's process is gone the judge times the reference and an
-# empty batch again, this many calls each (_settle_timing); a session
-# reference slower than that clean one by more than this share was slowed
-# by something outside the judge, and the clean one counts.
+# Before the candidate's process has run any candidate code the judge times
+# the reference and an empty batch, this many calls each on CLEAN_SETS input
+# sets of their own (_clean_baseline); a session reference slower than that
+# clean one by more than this share was slowed by something outside the
+# judge, and the clean one counts (_settle_timing).
 CLEAN_CALLS = 20
+CLEAN_SETS = 2
 INTERFERENCE_SHARE = 0.05
-# How long the candidate's process may take to exit once its channel is
-# closed (a CUDA context's teardown takes a fraction of a second).
-CANDIDATE_EXIT_S = 10.0
 
 
 class Evaluation:
@@ -288,6 +287,8 @@ class Evaluation:
                 self.stop("error", "internal: the judge has no candidate's process")
             self._setup_device()
             self._load_task()
+            if self.device.type == "cuda":
+                self._clean_baseline()
             self._start_load()
             self._reference_outputs()
             self._load_candidate()
@@ -301,10 +302,6 @@ class Evaluation:
             pass
         finally:
             self._close_candidate()
-        try:
-            self._settle_timing()
-        except Stop:
-            pass
         return self.res
 
     def _close_candidate(self):
@@ -582,18 +579,22 @@ class Evaluation:
         digests = ans.get("digests") if isinstance(ans.get("digests"), dict) else {}
         return [float(x) for x in times], wall, digests
 
-    def _timing_session(self):
-        """The judge's side of the timed calls: the pool's input sets drawn
-        again on its device, two input buffers, its own L2 flusher and
+    def _timing_session(self, first=None):
+        """The judge's side of the timed calls: two input buffers (shaped
+        like first, else the pool's first set), its own L2 flusher and
         events (the judge never ran candidate code: its torch is the one the
-        server imported)."""
+        server imported), and, once the pool's seeds are drawn, the pool's
+        input sets drawn again on its device."""
+        if first is None and getattr(self, "session", None) is None:
+            first = loader.inputs_from(self.task, self.pool_seeds[0], self.device)
         if getattr(self, "session", None) is None:
-            pool = [loader.inputs_from(self.task, s, self.device) for s in self.pool_seeds]
-            self.session = {"pool": pool, "bufs": [loader.clone_inputs(pool[0]), loader.clone_inputs(pool[0])],
+            self.session = {"bufs": [loader.clone_inputs(first), loader.clone_inputs(first)],
                             "flusher": timing.Flusher(self.device), "timers": guards.Timers()}
+        if "pool" not in self.session and hasattr(self, "pool_seeds"):
+            self.session["pool"] = [loader.inputs_from(self.task, s, self.device) for s in self.pool_seeds]
         return self.session
 
-    def _judge_batch(self, call, order, warmup, like):
+    def _judge_batch(self, call, order, warmup, like, pool=None):
         """(event times, wall ms) of one batch run here with the candidate's
         loop (timing.timed_batch). Each call's output, or for the empty
         batch (call returns None) an uninitialised one shaped like the
@@ -613,7 +614,8 @@ class Evaluation:
                 pass
 
         t0 = time.perf_counter()
-        times = timing.timed_batch(call, s["pool"], order, warmup, s["bufs"], s["flusher"], s["timers"], keep)
+        times = timing.timed_batch(call, s["pool"] if pool is None else pool, order, warmup, s["bufs"], s["flusher"],
+                                   s["timers"], keep)
         return times, _ms(t0)
 
     def _reference_call(self, args):
@@ -691,70 +693,76 @@ class Evaluation:
         self.phases["time_reference"] = own
         if self.res["hack"]["detected"]:
             return
-        # The verdict on these numbers waits for _settle_timing, once the
-        # candidate's process is gone.
-        self.timed_state = {"times": times, "ref_times": ref_times, "walls": walls, "nulls": nulls,
-                            "ref_walls": ref_walls, "in_session": in_session, "warmed": warmed, "batches": b}
+        self._settle_timing(times, ref_times, walls, nulls, ref_walls, in_session, warmed, b)
 
-    def _settle_timing(self):
-        """The timed sequence's statistics, once the candidate's process has
-        exited (its PID namespace with it): nothing of the candidate runs
-        now. The candidate's process was alive while the judge timed the
-        reference and the empty batches beside it, and work it left running
-        on the GPU could have slowed them (a slower reference is a larger
-        speedup; a slower empty batch a looser wall-clock bound). So the
-        judge times both again here, CLEAN_CALLS calls after a steady
-        warm-up: the empty batch counted is the faster of the two, and a
-        session reference more than INTERFERENCE_SHARE slower than the clean
-        one is replaced by the clean one. A candidate's process that does not
-        exit is runtime:timing_interference."""
-        st = getattr(self, "timed_state", None)
-        if st is None or self.res["status"] != "ok":
-            return
+    def _clean_baseline(self):
+        """The reference and an empty batch timed before the candidate's
+        process has run any candidate code (it has not loaded it yet), on
+        input sets of their own: the clean yardstick for _settle_timing. A
+        reference that fails here fails again in _reference_outputs, which
+        reports it. (Run for CUDA jobs: without events nothing is timed.)"""
         t0 = time.perf_counter()
-        if not self.remote.wait_gone(CANDIDATE_EXIT_S):
-            self.hack("runtime:timing_interference",
-                      f"the candidate's process was still running {CANDIDATE_EXIT_S:g} s after the judge closed "
-                      "its channel")
-            self.stop_if_hack()
-        s = self._timing_session()
-        times, ref_times, n = st["times"], st["ref_times"], len(st["times"])
-        steady = self._reference_call if st["in_session"] else (lambda args: None)
-        timing.warm_until(steady, s["pool"], s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS, 1,
-                          STEADY_WARM_MAX_CALLS)
-        order = [i % self.pool_n for i in range(CLEAN_CALLS)]
-        clean_ref = []
-        if st["in_session"]:
-            clean_ref, _ = self._judge_batch(self._reference_call, order, 0, self.pool_refs)
-        _, clean_null = self._judge_batch(lambda args: None, order, 0, self.pool_refs)
-        null_per_call = min(st["nulls"] / max(1, n), clean_null / CLEAN_CALLS)
-        ok, per_event, per_wall = timing.wall_bound(sum(times), st["walls"], null_per_call * n, n, WALL_EVENT_SHARE,
+        try:
+            pool = [loader.inputs_from(self.task, fresh_seed(), self.device) for _ in range(CLEAN_SETS)]
+            s = self._timing_session(pool[0])
+            self.ref_model.train(True)
+            with torch.no_grad():
+                like = [self._reference_call(loader.clone_inputs(x)) for x in pool]
+            in_session = self.opts["reference_mode"] == "eager"
+            steady = self._reference_call if in_session else (lambda args: None)
+            timing.warm_until(steady, pool, s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS, self.opts["warmup"],
+                              STEADY_WARM_MAX_CALLS)
+            order = [i % CLEAN_SETS for i in range(CLEAN_CALLS)]
+            ref = self._judge_batch(self._reference_call, order, 0, like, pool)[0] if in_session else []
+            _, null = self._judge_batch(lambda args: None, order, 0, like, pool)
+            self.clean = {"ref": ref, "null_per_call": null / CLEAN_CALLS}
+        except Exception:
+            self.clean = None
+        self.phases["time_clean"] = _ms(t0)
+
+    def _settle_timing(self, times, ref_times, walls, nulls, ref_walls, in_session, warmed, batches):
+        """The timed sequence's statistics. The candidate's process was alive
+        while the judge timed the reference and the empty batches beside it,
+        and work it left running on the GPU could have slowed them (a slower
+        reference is a larger speedup; a slower empty batch a looser
+        wall-clock bound). Against the clean baseline (_clean_baseline): the
+        empty batch counted is the faster of the two, and a session
+        reference more than INTERFERENCE_SHARE slower than the clean one is
+        replaced by the clean one."""
+        n = len(times)
+        clean = getattr(self, "clean", None) or {"ref": [], "null_per_call": float("inf")}
+        null_per_call = min(nulls / max(1, n), clean["null_per_call"])
+        ok, per_event, per_wall = timing.wall_bound(sum(times), walls, null_per_call * n, n, WALL_EVENT_SHARE,
                                                     WALL_EVENT_SLACK_MS)
         check = {"event_mean_ms": per_event, "wall_per_call_ms": per_wall, "null_per_call_ms": null_per_call,
-                 "null_session_per_call_ms": st["nulls"] / max(1, n), "null_clean_per_call_ms": clean_null / CLEAN_CALLS,
-                 "slack_ms": WALL_EVENT_SLACK_MS, "steady_warm_calls": st["warmed"], "batches": st["batches"]}
+                 "null_session_per_call_ms": nulls / max(1, n), "slack_ms": WALL_EVENT_SLACK_MS,
+                 "steady_warm_calls": warmed, "batches": batches}
+        if clean["null_per_call"] != float("inf"):
+            check["null_clean_per_call_ms"] = clean["null_per_call"]
         self.res["timing_check"] = check
-        self.phases["time_settle"] = _ms(t0)
-        if st["in_session"] and ref_times:
+        if in_session and ref_times:
             # The same gap for the reference, timed here where no candidate
             # code ran: what an honest forward's wall clock holds beyond its
             # events on this GPU (the yardstick for WALL_EVENT_SLACK_MS).
-            _, ref_event, ref_wall = timing.wall_bound(sum(ref_times), st["ref_walls"], null_per_call * n, n,
+            _, ref_event, ref_wall = timing.wall_bound(sum(ref_times), ref_walls, null_per_call * n, n,
                                                        WALL_EVENT_SHARE, WALL_EVENT_SLACK_MS)
             check.update(ref_event_mean_ms=ref_event, ref_wall_per_call_ms=ref_wall)
         if not ok:
             self.hack("runtime:timing_mismatch",
                       f"the events claim {per_event:.4f} ms a call, the judge's wall clock {per_wall:.4f} ms a call")
-            self.stop_if_hack()
+            return
         self.res["runtime_ms"] = timing.summarize(times)
         self.res["timing_available"] = True
-        if st["in_session"] and ref_times:
+        if in_session and ref_times:
             used = ref_times
-            session_ms, clean_ms = statistics.median(ref_times), statistics.median(clean_ref)
-            check.update(ref_session_median_ms=session_ms, ref_clean_median_ms=clean_ms)
-            if session_ms > (1.0 + INTERFERENCE_SHARE) * clean_ms:
-                used = clean_ref
-                check["reference_slowed"] = True
+            session_ms = statistics.median(ref_times)
+            check["ref_session_median_ms"] = session_ms
+            if clean["ref"]:
+                clean_ms = statistics.median(clean["ref"])
+                check["ref_clean_median_ms"] = clean_ms
+                if session_ms > (1.0 + INTERFERENCE_SHARE) * clean_ms:
+                    used = clean["ref"]
+                    check["reference_slowed"] = True
             self.res["ref_runtime_ms"] = timing.summarize(used)
             self.res["reference_in_session"] = True
             self.res["speedup"] = timing.speedup_of(used, times)

@@ -88,22 +88,6 @@ class Remote:
         except OSError:
             return ""
 
-    def wait_gone(self, timeout_s):
-        """After close(): True once the candidate's process has exited (with
-        its PID namespace, everything it started), False if it still runs
-        after timeout_s."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                pid, _ = os.waitpid(self.link.pid, os.WNOHANG)
-            except ChildProcessError:
-                return True  # reaped already (death_text)
-            if pid == self.link.pid:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.002)
-
     def close(self):
         for fd in (self.link.to_fd, self.link.from_fd, self.link.shm_fd):
             if fd is None:

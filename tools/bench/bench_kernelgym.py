@@ -18,8 +18,10 @@ kernel store (env/harness/kernel_cache.py) keeps for later runs of the same
 source. The --jobs measured evaluations after it are the harness's steady
 state; --no-cold-pass measures from the first job instead. The phases
 include "boundary" (the judge's round trips to the candidate's process
-beyond the work that process reports) and "time_reference" (the judge's own
-reference, empty and warm-up batches).
+beyond the work that process reports), "time_clean" (the judge's baseline
+of reference and empty calls before any candidate code ran) and
+"time_reference" (the judge's own reference, empty and warm-up batches
+during the sequence).
 
     python tools/bench/bench_kernelgym.py [--jobs 20] [--gpu 0] [--device cuda|cpu] [--report FILE]
 """
@@ -41,7 +43,7 @@ import corpus  # noqa: E402
 from env.harness.client import HarnessServer  # noqa: E402
 
 
-PHASE_ORDER = ("sandbox", "setup", "check", "load", "candidate_load", "reference_outputs",
+PHASE_ORDER = ("sandbox", "setup", "check", "load", "time_clean", "candidate_load", "reference_outputs",
                "correctness", "time", "time_reference", "profile", "boundary", "reference", "child_wall",
                "total")
 
