@@ -17,7 +17,7 @@ its outputs as bytes. The judge:
      dtype, shape, a dense layout and values;
   5. runs the call sequence; on CUDA the candidate's process times batches
      of calls with events, the judge times the reference's batches itself
-     in between (same session, same input sets, same loop), holds its wall
+     in between (same job, same input sets, same loop), holds its wall
      clock around each candidate batch, runs an empty batch of the same
      length itself and checks the events against the difference, then
      verifies the output of a call of each batch chosen after the batch
@@ -176,7 +176,7 @@ STEADY_WARM_MS = 30.0
 STEADY_WARM_MAX_CALLS = 2000
 # Before the candidate's process has run any candidate code the judge times
 # the reference and an empty batch, this many calls each on CLEAN_SETS input
-# sets of their own (_clean_baseline); a session reference slower than that
+# sets of their own (_clean_baseline); an interleaved reference slower than that
 # clean one by more than this share was slowed by something outside the
 # judge, and the clean one counts (_settle_timing).
 CLEAN_CALLS = 20
@@ -579,20 +579,20 @@ class Evaluation:
         digests = ans.get("digests") if isinstance(ans.get("digests"), dict) else {}
         return [float(x) for x in times], wall, digests
 
-    def _timing_session(self, first=None):
+    def _timing_kit(self, first=None):
         """The judge's side of the timed calls: two input buffers (shaped
         like first, else the pool's first set), its own L2 flusher and
         events (the judge never ran candidate code: its torch is the one the
         server imported), and, once the pool's seeds are drawn, the pool's
         input sets drawn again on its device."""
-        if first is None and getattr(self, "session", None) is None:
+        if first is None and getattr(self, "kit", None) is None:
             first = loader.inputs_from(self.task, self.pool_seeds[0], self.device)
-        if getattr(self, "session", None) is None:
-            self.session = {"bufs": [loader.clone_inputs(first), loader.clone_inputs(first)],
+        if getattr(self, "kit", None) is None:
+            self.kit = {"bufs": [loader.clone_inputs(first), loader.clone_inputs(first)],
                             "flusher": timing.Flusher(self.device), "timers": guards.Timers()}
-        if "pool" not in self.session and hasattr(self, "pool_seeds"):
-            self.session["pool"] = [loader.inputs_from(self.task, s, self.device) for s in self.pool_seeds]
-        return self.session
+        if "pool" not in self.kit and hasattr(self, "pool_seeds"):
+            self.kit["pool"] = [loader.inputs_from(self.task, s, self.device) for s in self.pool_seeds]
+        return self.kit
 
     def _judge_batch(self, call, order, warmup, like, pool=None):
         """(event times, wall ms) of one batch run here with the candidate's
@@ -600,7 +600,7 @@ class Evaluation:
         batch (call returns None) an uninitialised one shaped like the
         reference's, is kept to the batch's end and digested, as the
         candidate's process does with its outputs."""
-        s = self._timing_session()
+        s = self._timing_kit()
         kept = []
 
         def keep(i, out):
@@ -622,8 +622,7 @@ class Evaluation:
         return self.ref_model(*args)
 
     def _timed_sequence(self, calls, warmup, probe_at):
-        """Timed calls in batches, the reference's timed here in the same
-        session. The GPU first runs the reference for STEADY_WARM_MS (its
+        """Timed calls in batches, the reference's timed here between them. The GPU first runs the reference for STEADY_WARM_MS (its
         clocks settle); then per batch: the reference's batch here and the
         candidate's there, in alternating order (timing.interleave_order),
         the same input sets and L2 flush for both; the judge's wall clock
@@ -635,12 +634,12 @@ class Evaluation:
         n = self.pool_n
         per_batch = min(-(-calls // TIMED_BATCHES), max(1, BATCH_KEEP_BYTES // max(1, self.out_bytes)))
         order = [i % n for i in range(warmup + calls)]
-        in_session = self.opts["reference_mode"] == "eager"
-        s = self._timing_session()
+        interleaved = self.opts["reference_mode"] == "eager"
+        s = self._timing_kit()
         self.ref_model.train(True)
         own = 0.0
         t0 = time.perf_counter()
-        steady = self._reference_call if in_session else (lambda args: None)
+        steady = self._reference_call if interleaved else (lambda args: None)
         warmed = timing.warm_until(steady, s["pool"], s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS,
                                    warmup, STEADY_WARM_MAX_CALLS)
         own += _ms(t0)
@@ -652,12 +651,12 @@ class Evaluation:
             w = warmup if b == 0 else 0
             batch = order[:w + size] if b == 0 else order[warmup + done:warmup + done + size]
             ref_wall = 0.0
-            if in_session and ref_first[b]:
+            if interleaved and ref_first[b]:
                 rt, ref_wall = self._judge_batch(self._reference_call, batch, w, self.pool_refs)
             ts, wall, digests = self._timed_batch(batch, w)
-            if in_session and not ref_first[b]:
+            if interleaved and not ref_first[b]:
                 rt, ref_wall = self._judge_batch(self._reference_call, batch, w, self.pool_refs)
-            if in_session:
+            if interleaved:
                 ref_times += rt
                 own += ref_wall
             _, wall_null = self._judge_batch(lambda args: None, batch, w, self.pool_refs)
@@ -693,7 +692,7 @@ class Evaluation:
         self.phases["time_reference"] = own
         if self.res["hack"]["detected"]:
             return
-        self._settle_timing(times, ref_times, walls, nulls, ref_walls, in_session, warmed, b)
+        self._settle_timing(times, ref_times, walls, nulls, ref_walls, interleaved, warmed, b)
 
     def _clean_baseline(self):
         """The reference and an empty batch timed before the candidate's
@@ -704,29 +703,29 @@ class Evaluation:
         t0 = time.perf_counter()
         try:
             pool = [loader.inputs_from(self.task, fresh_seed(), self.device) for _ in range(CLEAN_SETS)]
-            s = self._timing_session(pool[0])
+            s = self._timing_kit(pool[0])
             self.ref_model.train(True)
             with torch.no_grad():
                 like = [self._reference_call(loader.clone_inputs(x)) for x in pool]
-            in_session = self.opts["reference_mode"] == "eager"
-            steady = self._reference_call if in_session else (lambda args: None)
+            interleaved = self.opts["reference_mode"] == "eager"
+            steady = self._reference_call if interleaved else (lambda args: None)
             timing.warm_until(steady, pool, s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS, self.opts["warmup"],
                               STEADY_WARM_MAX_CALLS)
             order = [i % CLEAN_SETS for i in range(CLEAN_CALLS)]
-            ref = self._judge_batch(self._reference_call, order, 0, like, pool)[0] if in_session else []
+            ref = self._judge_batch(self._reference_call, order, 0, like, pool)[0] if interleaved else []
             _, null = self._judge_batch(lambda args: None, order, 0, like, pool)
             self.clean = {"ref": ref, "null_per_call": null / CLEAN_CALLS}
         except Exception:
             self.clean = None
         self.phases["time_clean"] = _ms(t0)
 
-    def _settle_timing(self, times, ref_times, walls, nulls, ref_walls, in_session, warmed, batches):
+    def _settle_timing(self, times, ref_times, walls, nulls, ref_walls, interleaved, warmed, batches):
         """The timed sequence's statistics. The candidate's process was alive
         while the judge timed the reference and the empty batches beside it,
         and work it left running on the GPU could have slowed them (a slower
         reference is a larger speedup; a slower empty batch a looser
         wall-clock bound). Against the clean baseline (_clean_baseline): the
-        empty batch counted is the faster of the two, and a session
+        empty batch counted is the faster of the two, and an interleaved
         reference more than INTERFERENCE_SHARE slower than the clean one is
         replaced by the clean one."""
         n = len(times)
@@ -735,12 +734,12 @@ class Evaluation:
         ok, per_event, per_wall = timing.wall_bound(sum(times), walls, null_per_call * n, n, WALL_EVENT_SHARE,
                                                     WALL_EVENT_SLACK_MS)
         check = {"event_mean_ms": per_event, "wall_per_call_ms": per_wall, "null_per_call_ms": null_per_call,
-                 "null_session_per_call_ms": nulls / max(1, n), "slack_ms": WALL_EVENT_SLACK_MS,
+                 "null_interleaved_per_call_ms": nulls / max(1, n), "slack_ms": WALL_EVENT_SLACK_MS,
                  "steady_warm_calls": warmed, "batches": batches}
         if clean["null_per_call"] != float("inf"):
             check["null_clean_per_call_ms"] = clean["null_per_call"]
         self.res["timing_check"] = check
-        if in_session and ref_times:
+        if interleaved and ref_times:
             # The same gap for the reference, timed here where no candidate
             # code ran: what an honest forward's wall clock holds beyond its
             # events on this GPU (the yardstick for WALL_EVENT_SLACK_MS).
@@ -753,18 +752,18 @@ class Evaluation:
             return
         self.res["runtime_ms"] = timing.summarize(times)
         self.res["timing_available"] = True
-        if in_session and ref_times:
+        if interleaved and ref_times:
             used = ref_times
-            session_ms = statistics.median(ref_times)
-            check["ref_session_median_ms"] = session_ms
+            interleaved_ms = statistics.median(ref_times)
+            check["ref_interleaved_median_ms"] = interleaved_ms
             if clean["ref"]:
                 clean_ms = statistics.median(clean["ref"])
                 check["ref_clean_median_ms"] = clean_ms
-                if session_ms > (1.0 + INTERFERENCE_SHARE) * clean_ms:
+                if interleaved_ms > (1.0 + INTERFERENCE_SHARE) * clean_ms:
                     used = clean["ref"]
                     check["reference_slowed"] = True
             self.res["ref_runtime_ms"] = timing.summarize(used)
-            self.res["reference_in_session"] = True
+            self.res["reference_interleaved"] = True
             self.res["speedup"] = timing.speedup_of(used, times)
 
     def _profile(self):

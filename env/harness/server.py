@@ -599,7 +599,7 @@ class Server:
             return protocol.error_result(job_id, problem)
         res = self.run_candidate(job, opts)
         if res["status"] == "ok" and res.get("timing_available") and res.get("runtime_ms"):
-            if not (res.get("reference_in_session") and res.get("ref_runtime_ms")):
+            if not (res.get("reference_interleaved") and res.get("ref_runtime_ms")):
                 # A compiled reference: timed in its own child, cached per
                 # task, GPU model and options (env.harness.reference).
                 t1 = time.monotonic()
@@ -628,9 +628,9 @@ class Server:
         claimed = res["speedup"]
         again = None
         if r2["status"] == "ok" and r2.get("runtime_ms"):
-            # The re-run's own reference when it timed one in its session,
+            # The re-run's own reference when it timed one beside it,
             # else the first run's (a compiled reference, from the cache).
-            again = r2.get("speedup") if r2.get("reference_in_session") else \
+            again = r2.get("speedup") if r2.get("reference_interleaved") else \
                 speedup_of(res["ref_runtime_ms"], r2["runtime_ms"])
         res["recheck"] = {"status": r2["status"], "speedup": again, "runtime_ms": r2.get("runtime_ms"),
                           "hack_reasons": r2["hack"]["reasons"], "error": r2.get("error", "")[:1000]}
@@ -646,7 +646,7 @@ class Server:
                               f"speedup {claimed:.1f}x fell to {again:.2f}x with fresh inputs on every call")
         else:
             res["runtime_ms"] = r2["runtime_ms"]
-            if r2.get("reference_in_session"):
+            if r2.get("reference_interleaved"):
                 res["ref_runtime_ms"] = r2["ref_runtime_ms"]
             res["speedup"] = again
             if r2.get("profile"):

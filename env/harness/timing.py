@@ -205,7 +205,7 @@ def warm_until(call, pool, bufs, flusher, timers, min_ms, min_calls, max_calls):
 def interleave_order(batches):
     """For each of `batches` batches, whether the reference's batch runs
     before the candidate's: R C, C R, R C, C R ... so each side runs first
-    as often as the other, and a clock that drifts during the session
+    as often as the other, and a clock that drifts during the job
     weighs on both alike."""
     return [b % 2 == 0 for b in range(batches)]
 

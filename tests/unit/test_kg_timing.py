@@ -6,7 +6,7 @@
                gets its input set copied into the two buffers in turn and
                its output handed to keep; timing.warm_until stops at its
                call and time bounds
-  session      the judge's timed sequence (evaluate.Evaluation._timed_
+  sequence     the judge's timed sequence (evaluate.Evaluation._timed_
                sequence) against a stand-in for the candidate's process on
                a fake clock: the reference is timed in the judge between
                the candidate's batches, alternating which goes first; the
@@ -15,7 +15,7 @@
                candidate whose events claim far less than the judge's wall
                clock is runtime:timing_mismatch; the judge never asks the
                candidate's process for an empty batch
-  settle       a session reference slowed by more than INTERFERENCE_SHARE
+  settle       an interleaved reference slowed by more than INTERFERENCE_SHARE
                against the clean baseline (timed before the candidate's
                process ran anything) gives way to the clean one
 """
@@ -163,7 +163,7 @@ class JudgeClock(FakeClock):
         self.log, self.ev = log, ev
 
 
-def session(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
+def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
     """Runs Evaluation._clean_baseline then _timed_sequence on the CPU with
     the stand-ins; returns (result, request log, reference calls made).
     clean_ref_ms: the reference's time in the baseline, before the
@@ -203,10 +203,10 @@ def session(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
     evaluate.guards.Timers = lambda: clock
     clock.ms = ref_ms if clean_ref_ms is None else clean_ref_ms
 
-    def session_starts():
+    def sequence_starts():
         clock.ms = ref_ms
 
-    ev.remote.on_first_time = session_starts
+    ev.remote.on_first_time = sequence_starts
     try:
         ev._clean_baseline()
         log.clear()
@@ -216,52 +216,52 @@ def session(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
     return ev.res, log, calls_made
 
 
-def test_session():
+def test_sequence():
     # honest: 20 ms of wall a call, 20 ms of events; the reference takes 10 ms
-    res, log, made = session(20.0, 20.0, 10.0)
-    check(not res["hack"]["detected"] and res["timing_available"], f"session: honest flagged {res['hack']}")
-    check(res.get("reference_in_session") and res["speedup"] == 0.5,
-          f"session: speedup {res.get('speedup')} (10 ms / 20 ms = 0.5 expected)")
+    res, log, made = timed_run(20.0, 20.0, 10.0)
+    check(not res["hack"]["detected"] and res["timing_available"], f"sequence: honest flagged {res['hack']}")
+    check(res.get("reference_interleaved") and res["speedup"] == 0.5,
+          f"sequence: speedup {res.get('speedup')} (10 ms / 20 ms = 0.5 expected)")
     check(res["ref_runtime_ms"]["trials"] == 8 and res["runtime_ms"]["trials"] == 8,
-          f"session: trials {res['ref_runtime_ms']} {res['runtime_ms']}")
+          f"sequence: trials {res['ref_runtime_ms']} {res['runtime_ms']}")
     # reference before the first batch, after the second, before the third ...
     times = [i for i, op in enumerate(log) if op == "time"]
     refs = [i for i, op in enumerate(log) if op == "ref"]
-    check(len(times) == 4 and log.count("fetch") == 4, f"session: requests {log}")
+    check(len(times) == 4 and log.count("fetch") == 4, f"sequence: requests {log}")
     firsts = [any(times[b - 1] < r < times[b] if b else r < times[b] for r in refs) for b in range(len(times))]
-    check(firsts == [True, False, True, False], f"session: reference-first per batch {firsts} in {log}")
+    check(firsts == [True, False, True, False], f"sequence: reference-first per batch {firsts} in {log}")
     tc = res.get("timing_check") or {}
     check(tc.get("steady_warm_calls", 0) >= 1 and made["ref"] >= 8 + 1 + tc.get("steady_warm_calls", 0),
-          f"session: the reference ran {made['ref']} calls, warm-up {tc.get('steady_warm_calls')}")
+          f"sequence: the reference ran {made['ref']} calls, warm-up {tc.get('steady_warm_calls')}")
     # the sleep makes 20 ms a lower bound; a loaded machine adds to it
     check(tc.get("wall_per_call_ms", 0) >= 19.5 and tc.get("null_per_call_ms", 1) < 5.0,
-          f"session: wall {tc.get('wall_per_call_ms')} / empty {tc.get('null_per_call_ms')} ms a call")
-    print(f"  session: honest ok, speedup {res['speedup']}, wall {tc['wall_per_call_ms']:.2f} ms a call, "
+          f"sequence: wall {tc.get('wall_per_call_ms')} / empty {tc.get('null_per_call_ms')} ms a call")
+    print(f"  sequence: honest ok, speedup {res['speedup']}, wall {tc['wall_per_call_ms']:.2f} ms a call, "
           f"empty batch {tc['null_per_call_ms']:.3f} ms a call (in the judge), order {log}")
     # forged: 20 ms of wall a call, events claim 0.1 ms: 0.1 < 0.5 * 20 - 1
-    res, log, _ = session(20.0, 0.1, 10.0)
+    res, log, _ = timed_run(20.0, 0.1, 10.0)
     check(res["hack"]["detected"] and "runtime:timing_mismatch" in res["hack"]["reasons"] and not res["timing_available"],
-          f"session: forged events not caught: {res['hack']} {res.get('timing_check')}")
-    print(f"  session: forged events -> {res['hack']['reasons']}")
+          f"sequence: forged events not caught: {res['hack']} {res.get('timing_check')}")
+    print(f"  sequence: forged events -> {res['hack']['reasons']}")
     # the reference ran at 10 ms before the candidate's process ran anything,
-    # 15 ms beside it: the session's reference was slowed from outside, the
-    # clean one counts (10 / 20), not the session's (15 / 20)
-    res, log, _ = session(20.0, 20.0, 15.0, clean_ref_ms=10.0)
+    # 15 ms beside it: the interleaved reference was slowed from outside, the
+    # clean one counts (10 / 20), not the interleaved one (15 / 20)
+    res, log, _ = timed_run(20.0, 20.0, 15.0, clean_ref_ms=10.0)
     tc = res.get("timing_check") or {}
     check(res["timing_available"] and res["speedup"] == 0.5 and tc.get("reference_slowed")
-          and tc.get("ref_session_median_ms") == 15.0 and tc.get("ref_clean_median_ms") == 10.0,
-          f"session: slowed reference gave speedup {res['speedup']} {tc}")
-    # within the share: the session's reference counts (10.25 / 20)
-    res, _, _ = session(20.0, 20.0, 10.25, clean_ref_ms=10.0)
+          and tc.get("ref_interleaved_median_ms") == 15.0 and tc.get("ref_clean_median_ms") == 10.0,
+          f"sequence: slowed reference gave speedup {res['speedup']} {tc}")
+    # within the share: the interleaved reference counts (10.25 / 20)
+    res, _, _ = timed_run(20.0, 20.0, 10.25, clean_ref_ms=10.0)
     check(res["timing_available"] and abs(res["speedup"] - 10.25 / 20.0) < 1e-12
-          and not res["timing_check"].get("reference_slowed"), f"session: 2.5% slower session gave {res['speedup']}")
-    print("  session: a reference slowed beside the candidate -> the clean one counts (speedup 0.5, not 0.75)")
+          and not res["timing_check"].get("reference_slowed"), f"sequence: 2.5% slower interleaved reference gave {res['speedup']}")
+    print("  sequence: a reference slowed beside the candidate -> the clean one counts (speedup 0.5, not 0.75)")
 
 
 def main():
     test_statistics()
     test_loops()
-    test_session()
+    test_sequence()
     print(f"kernelgym timing: {len(failures)} failures")
     return 1 if failures else 0
 

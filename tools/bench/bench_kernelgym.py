@@ -10,8 +10,8 @@ no profile): it shows where a job's time goes outside the GPU work (forks,
 sandbox, imports, the pipe, the reference outputs) on a machine without one.
 
 Timed GPU work of a job = candidate mean x (warm-up + timed calls), plus the
-same for the reference when it was measured (in the judge's session, every
-job, with reference_mode eager) rather than read from the cache. A cold
+same for the reference when it was measured (by the judge, interleaved with
+the candidate's calls, every job, with reference_mode eager) rather than read from the cache. A cold
 pass over the set comes first and is reported apart: it pays each
 candidate's Triton compile, work that is the candidate's own and that the
 kernel store (env/harness/kernel_cache.py) keeps for later runs of the same
