@@ -66,7 +66,9 @@ static const char *usage_text =
     "or auto. worker and submit read $KERNELGYM_REDIS when --redis is absent.\n"
     "A non-loopback redis:// URL without a password is refused unless --insecure\n"
     "(worker, serve, submit, score) is given.\n"
-    "The harness caches reference timings per GPU model under $DK_KG_CACHE.\n"
+    "The harness times the eager reference beside each candidate; it caches\n"
+    "compiled-reference timings per GPU model, and each candidate source's\n"
+    "Triton kernels, under $DK_KG_CACHE.\n"
     "exit codes: 0 done, 1 runtime failure, 2 usage error\n";
 
 static volatile sig_atomic_t g_stop = 0;

@@ -228,6 +228,8 @@ def candidate_enter(rfd, wfd, limits, workdir, spec, shm=None):
     _set_limits(limits)
     if new_uid is not None:
         os.chown(home, new_uid, new_uid)
+        if info["private_tmp"]:
+            info["identity"] = _bind_identity(new_uid, home, info["notes"])
     os.chdir(home)
     os.environ.clear()
     os.environ.update(env)
@@ -250,6 +252,71 @@ def candidate_enter(rfd, wfd, limits, workdir, spec, shm=None):
 
 
 candidate_isolation = None
+
+# The passwd and group files the candidate's process sees: the machine's,
+# plus an entry for its uid, made in a root-owned folder of its private /run
+# and bound read-only over the originals (so getpass.getuser(),
+# pwd.getpwuid(os.getuid()) and expanduser("~"), which Triton and Inductor
+# call, work, and ~ is the job's private home).
+CANDIDATE_USER = "kg-candidate"
+IDENTITY_DIR = "/run/kg-identity"
+
+
+def identity_lines(uid, home, passwd_text, group_text):
+    """(passwd, group) texts: the originals with any entry of this uid or
+    name dropped, then the candidate's own."""
+    def keep(text, uid_field):
+        out = []
+        for line in text.splitlines():
+            f = line.split(":")
+            if len(f) > uid_field and (f[0] == CANDIDATE_USER or f[uid_field] == str(uid)):
+                continue
+            out.append(line)
+        return out
+    pw = keep(passwd_text, 2) + [f"{CANDIDATE_USER}:x:{uid}:{uid}:KernelGym candidate:{home}:/usr/sbin/nologin"]
+    gr = keep(group_text, 2) + [f"{CANDIDATE_USER}:x:{uid}:"]
+    return "\n".join(pw) + "\n", "\n".join(gr) + "\n"
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _bind_identity(uid, home, notes):
+    """Binds the per-job /etc/passwd and /etc/group (identity_lines) over the
+    originals, read-only. Runs as root in the candidate's mount namespace,
+    before the uid switch; the files stay root's, mode 0644."""
+    passwd, group = identity_lines(uid, home, _read_text("/etc/passwd"), _read_text("/etc/group"))
+    try:
+        os.makedirs(IDENTITY_DIR, mode=0o755, exist_ok=True)
+        os.chmod(IDENTITY_DIR, 0o755)
+    except OSError as e:
+        notes.append(f"identity folder {IDENTITY_DIR}: {e.strerror}")
+        return False
+    ok = True
+    for name, text in (("passwd", passwd), ("group", group)):
+        src, dst = os.path.join(IDENTITY_DIR, name), os.path.join("/etc", name)
+        try:
+            with open(src, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(text)
+            os.chmod(src, 0o644)
+        except OSError as e:
+            notes.append(f"writing {src}: {e.strerror}")
+            ok = False
+            continue
+        if not os.path.exists(dst):
+            notes.append(f"{dst} does not exist: no {name} entry for uid {uid}")
+            ok = False
+            continue
+        if not (_mount(src, dst, MS_BIND)
+                and _mount(None, dst, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)):
+            notes.append(f"binding {src} over {dst} failed: {os.strerror(ctypes.get_errno())}")
+            ok = False
+    return ok
 
 
 def _python_paths():

@@ -16,27 +16,32 @@ its outputs as bytes. The judge:
      output is rebuilt from its bytes in a plain tensor and checked for
      dtype, shape, a dense layout and values;
   5. runs the call sequence; on CUDA the candidate's process times batches
-     of calls with events and the judge holds its wall clock around each
-     batch (and around a batch of empty calls) and checks the events
-     against it, then verifies the output of a call of each batch chosen
-     after the batch ran, which must match the digest the batch sent for
-     it; the statistics are computed here;
+     of calls with events, the judge times the reference's batches itself
+     in between (same job, same input sets, same loop), holds its wall
+     clock around each candidate batch, runs an empty batch of the same
+     length itself and checks the events against the difference, then
+     verifies the output of a call of each batch chosen after the batch
+     ran, which must match the digest the batch sent for it; the
+     statistics (medians, the speedup) are computed here;
   6. takes the CUPTI profile (CUDA) and, at a random point of the sequence,
      the no-effect probe (Triton launches swallowed: the output must change);
   7. adds what the candidate's process reported its guards saw (patched
      torch / timer / launch functions) and writes the verdict.
-The reference is timed elsewhere (env.harness.reference), in a process that
-never imports the candidate.
+The reference is timed here, beside the candidate, with reference_mode
+"eager"; a compiled reference is timed elsewhere (env.harness.reference, a
+process that never imports the candidate) and cached.
 """
 
 import os
 import secrets
+import statistics
 import time
 import traceback
 
 import torch
 
-from env.harness import compare, loader, protocol, remote, sandbox, static_checks, timing, wire
+from env.harness import (compare, guards, kernel_cache, loader, protocol, remote, sandbox, static_checks, timing,
+                         wire)
 
 TASK_MODULE = "kg_task"
 CANDIDATE_MODULE = "kg_candidate"
@@ -154,14 +159,29 @@ TIMED_BATCHES = 4
 BATCH_KEEP_BYTES = 8 << 30
 # Event times the judge's wall clock does not back: a batch's events may
 # claim less than the wall time of its calls (the wall of the batch minus
-# the wall of as many empty calls) by at most this share, plus this slack
-# per call. The slack is measured: on an H200 the honest corpus's calls
+# the wall of as many empty calls, run by the judge itself so the candidate
+# can neither slow nor speed them) by at most this share, plus this slack
+# per call (timing.wall_bound). The slack was measured with the empty calls
+# in the candidate's process: on an H200 the honest corpus's calls
 # cost 0.6 to 1.0 ms a call of wall clock more than their events (host
 # work around the forward that the empty call does not repeat), whatever
 # the kernel's own time, so the check bounds forged times to half the wall
 # clock plus 1 ms: it stops a forged 10 ms kernel, not a forged 0.05 ms one.
 WALL_EVENT_SHARE = 0.5
 WALL_EVENT_SLACK_MS = 1.0
+# Before the first measured batch the GPU runs the reference (or empty
+# calls, where the reference is timed elsewhere) for at least this long:
+# the first calls after an idle spell run at lower clocks.
+STEADY_WARM_MS = 30.0
+STEADY_WARM_MAX_CALLS = 2000
+# Before the candidate's process has run any candidate code the judge times
+# the reference and an empty batch, this many calls each on CLEAN_SETS input
+# sets of their own (_clean_baseline); an interleaved reference slower than that
+# clean one by more than this share was slowed by something outside the
+# judge, and the clean one counts (_settle_timing).
+CLEAN_CALLS = 20
+CLEAN_SETS = 2
+INTERFERENCE_SHARE = 0.05
 
 
 class Evaluation:
@@ -214,10 +234,11 @@ class Evaluation:
         status = "compile_error" if not self.res["compiled"] else "incorrect"
         self.stop(status, f"{where}: {text}")
 
-    def ask(self, header, where):
-        """One request to the candidate's process; its death is a crash."""
+    def ask(self, header, where, sent=False):
+        """One request to the candidate's process (sent: already sent with
+        remote.send, only its answer is read); its death is a crash."""
         try:
-            ans, blobs = self.remote.request(header)
+            ans, blobs = self.remote.receive() if sent else self.remote.request(header)
         except remote.CandidateGarbled as e:
             self.stop("incorrect", f"{where}: {e}")
         except remote.CandidateGone as e:
@@ -266,6 +287,9 @@ class Evaluation:
                 self.stop("error", "internal: the judge has no candidate's process")
             self._setup_device()
             self._load_task()
+            if self.device.type == "cuda":
+                self._clean_baseline()
+            self._start_load()
             self._reference_outputs()
             self._load_candidate()
             self._correctness()
@@ -277,15 +301,25 @@ class Evaluation:
         except Stop:
             pass
         finally:
-            if self.remote is not None:
-                if getattr(self, "want_modules", False):
-                    try:
-                        ans, _ = self.remote.request({"op": "modules"})
-                        self.res["candidate_modules"] = remote.claimed_list(ans, "modules")
-                    except remote.CandidateGone:
-                        pass
-                self.remote.close()
+            self._close_candidate()
         return self.res
+
+    def _close_candidate(self):
+        """The end of the candidate's process: its kernels kept for later runs
+        of its source, the modules it imported (the server's warm-up job),
+        then its channel closed (it exits)."""
+        if self.remote is None:
+            return
+        if not getattr(self, "load_sent", False):  # no answer is pending
+            self._harvest_kernels()
+            if getattr(self, "want_modules", False):
+                try:
+                    ans, _ = self.remote.request({"op": "modules"})
+                    self.res["candidate_modules"] = remote.claimed_list(ans, "modules")
+                except remote.CandidateGone:
+                    pass
+        self.phases["boundary"] = self.remote.boundary_ms
+        self.remote.close()
 
     def _static(self):
         if not self.opts["static_checks"]:
@@ -360,11 +394,53 @@ class Evaluation:
         self.res["tolerance"] = {"atol": self.atol, "rtol": self.rtol}
         self.phases["reference_outputs"] = _ms(t0)
 
+    def _start_load(self):
+        """Asks the candidate's process to load the task and the candidate
+        (with the kernels an earlier run of the same source compiled,
+        env.harness.kernel_cache) while the judge computes the reference
+        outputs; _load_candidate reads the answer."""
+        self.load_sent = False
+        names, datas = kernel_cache.read_tree(self._kernel_entry())
+        self.res["kernels_seeded"] = len(names)
+        try:
+            self.remote.send({"op": "load", "task_source": self.job["task_source"],
+                              "candidate_source": self.job["candidate_source"], "seed": self.opts["seed"],
+                              "cache_files": names}, datas)
+            self.load_sent = True
+        except remote.CandidateGone as e:
+            self.stop("crash", f"while importing the candidate: {e}")
+
+    def _kernel_entry(self):
+        """The kernel store's entry for this candidate source (the server
+        names the store in the job), or None."""
+        store = self.job.get("kernel_store")
+        return kernel_cache.entry_dir(store, self.job["candidate_source"]) if isinstance(store, str) else None
+
+    def _harvest_kernels(self):
+        """After an ok job, when the store has no entry for its source: the candidate's process's Triton cache, checked, goes to
+        the job folder, for the server to publish (kernel_cache.publish)."""
+        entry = self._kernel_entry()
+        if entry is None or os.path.isdir(entry) or self.res["status"] != "ok":
+            return
+        try:
+            ans, blobs = self.remote.request({"op": "cache"})
+        except remote.CandidateGone:
+            return
+        names = ans.get("files")
+        datas = [b.numpy().tobytes() for b in blobs]
+        if names and kernel_cache.valid_files(names, [len(d) for d in datas]):
+            try:
+                kernel_cache.write_tree(os.path.join(self.workdir, kernel_cache.HARVEST_DIR), names, datas)
+                self.res["kernels_harvested"] = len(names)
+            except OSError:
+                pass
+
     def _load_candidate(self):
-        t0 = time.perf_counter()
-        ans, _ = self.ask({"op": "load", "task_source": self.job["task_source"],
-                           "candidate_source": self.job["candidate_source"], "seed": self.opts["seed"]},
-                          "while importing the candidate")
+        t0 = time.perf_counter()  # the load's time beyond the judge's own work beside it
+        ans, _ = self.ask({}, "while importing the candidate", sent=self.load_sent)
+        self.load_sent = False
+        if isinstance(ans.get("ms"), (int, float)):
+            self.phases["candidate_load"] = float(ans["ms"])
         if isinstance(ans.get("isolation"), dict):
             self.res["sandbox"] = dict(self.res["sandbox"] or {}, candidate=ans["isolation"])
         if "error" in ans:
@@ -489,10 +565,11 @@ class Evaluation:
         self.res["sequence"] = {"calls": calls, "warmup": warmup, "input_sets": n}
         self.phases["time"] = _ms(t0)
 
-    def _timed_batch(self, order, warmup, null=False):
-        """(event times, wall ms, digests by call) of one batch of timed calls."""
+    def _timed_batch(self, order, warmup):
+        """(event times, wall ms, digests by call) of one batch of timed calls
+        in the candidate's process."""
         t0 = time.perf_counter()
-        ans, _ = self.ask({"op": "time", "seeds": self.pool_seeds, "order": order, "warmup": warmup, "null": null},
+        ans, _ = self.ask({"op": "time", "seeds": self.pool_seeds, "order": order, "warmup": warmup},
                           "during the timed call sequence")
         wall = _ms(t0)
         times = ans.get("times_ms")
@@ -502,22 +579,88 @@ class Evaluation:
         digests = ans.get("digests") if isinstance(ans.get("digests"), dict) else {}
         return [float(x) for x in times], wall, digests
 
+    def _timing_kit(self, first=None):
+        """The judge's side of the timed calls: two input buffers (shaped
+        like first, else the pool's first set), its own L2 flusher and
+        events (the judge never ran candidate code: its torch is the one the
+        server imported), and, once the pool's seeds are drawn, the pool's
+        input sets drawn again on its device."""
+        if first is None and getattr(self, "kit", None) is None:
+            first = loader.inputs_from(self.task, self.pool_seeds[0], self.device)
+        if getattr(self, "kit", None) is None:
+            self.kit = {"bufs": [loader.clone_inputs(first), loader.clone_inputs(first)],
+                            "flusher": timing.Flusher(self.device), "timers": guards.Timers()}
+        if "pool" not in self.kit and hasattr(self, "pool_seeds"):
+            self.kit["pool"] = [loader.inputs_from(self.task, s, self.device) for s in self.pool_seeds]
+        return self.kit
+
+    def _judge_batch(self, call, order, warmup, like, pool=None):
+        """(event times, wall ms) of one batch run here with the candidate's
+        loop (timing.timed_batch). Each call's output, or for the empty
+        batch (call returns None) an uninitialised one shaped like the
+        reference's, is kept to the batch's end and digested, as the
+        candidate's process does with its outputs."""
+        s = self._timing_kit()
+        kept = []
+
+        def keep(i, out):
+            out = timing.empty_like(like[order[i]]) if out is None else out
+            kept.append(out)
+            try:
+                blobs = []
+                wire.encode_value(out, blobs)
+                wire.digest(blobs)
+            except wire.WireError:
+                pass
+
+        t0 = time.perf_counter()
+        times = timing.timed_batch(call, s["pool"] if pool is None else pool, order, warmup, s["bufs"], s["flusher"],
+                                   s["timers"], keep)
+        return times, _ms(t0)
+
+    def _reference_call(self, args):
+        return self.ref_model(*args)
+
     def _timed_sequence(self, calls, warmup, probe_at):
-        """Timed calls in batches. Per batch: the wall clock here around it,
-        the events there; afterwards one of its calls, chosen now, has its
-        output fetched and verified. An empty batch of the same length
-        measures what the wall clock holds besides the calls."""
+        """Timed calls in batches, the reference's timed here between them. The GPU first runs the reference for STEADY_WARM_MS (its
+        clocks settle); then per batch: the reference's batch here and the
+        candidate's there, in alternating order (timing.interleave_order),
+        the same input sets and L2 flush for both; the judge's wall clock
+        around the candidate's batch, and around an empty batch of the same
+        length run here (what the wall clock holds besides the forwards,
+        measured where no candidate code ran); afterwards one of its calls,
+        chosen now, has its output fetched and verified. The speedup is the
+        ratio of the two sides' medians."""
         n = self.pool_n
         per_batch = min(-(-calls // TIMED_BATCHES), max(1, BATCH_KEEP_BYTES // max(1, self.out_bytes)))
         order = [i % n for i in range(warmup + calls)]
-        times, walls, nulls = [], 0.0, 0.0
-        done, first = 0, True
+        interleaved = self.opts["reference_mode"] == "eager"
+        s = self._timing_kit()
+        self.ref_model.train(True)
+        own = 0.0
+        t0 = time.perf_counter()
+        steady = self._reference_call if interleaved else (lambda args: None)
+        warmed = timing.warm_until(steady, s["pool"], s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS,
+                                   warmup, STEADY_WARM_MAX_CALLS)
+        own += _ms(t0)
+        ref_first = timing.interleave_order(-(-calls // per_batch))
+        times, ref_times, walls, nulls, ref_walls = [], [], 0.0, 0.0, 0.0
+        done, b = 0, 0
         while done < calls:
             size = min(per_batch, calls - done)
-            w = warmup if first else 0
-            batch = order[done:done + w + size] if first else order[warmup + done:warmup + done + size]
+            w = warmup if b == 0 else 0
+            batch = order[:w + size] if b == 0 else order[warmup + done:warmup + done + size]
+            ref_wall = 0.0
+            if interleaved and ref_first[b]:
+                rt, ref_wall = self._judge_batch(self._reference_call, batch, w, self.pool_refs)
             ts, wall, digests = self._timed_batch(batch, w)
-            _, wall_null, _ = self._timed_batch(batch, w, null=True)
+            if interleaved and not ref_first[b]:
+                rt, ref_wall = self._judge_batch(self._reference_call, batch, w, self.pool_refs)
+            if interleaved:
+                ref_times += rt
+                own += ref_wall
+            _, wall_null = self._judge_batch(lambda args: None, batch, w, self.pool_refs)
+            own += wall_null
             k = secrets.randbelow(size)
             ans, blobs = self.ask({"op": "fetch", "call": w + k}, "while fetching a timed call's output")
             # The output fetched must be the one the batch committed to: an
@@ -540,29 +683,96 @@ class Evaluation:
             times += ts
             walls += wall * frac
             nulls += wall_null * frac
+            ref_walls += ref_wall * frac
             done += size
-            first = False
+            b += 1
             if probe_at <= done and probe_at >= done - size:
                 self._no_effect()
                 probe_at = -1
+        self.phases["time_reference"] = own
         if self.res["hack"]["detected"]:
             return
-        summary = timing.summarize(times)
-        wall_per_call = max(0.0, (walls - nulls) / max(1, len(times)))
-        self.res["timing_check"] = {"event_mean_ms": summary["mean"], "wall_per_call_ms": wall_per_call}
-        if summary["mean"] < WALL_EVENT_SHARE * wall_per_call - WALL_EVENT_SLACK_MS:
+        self._settle_timing(times, ref_times, walls, nulls, ref_walls, interleaved, warmed, b)
+
+    def _clean_baseline(self):
+        """The reference and an empty batch timed before the candidate's
+        process has run any candidate code (it has not loaded it yet), on
+        input sets of their own: the clean yardstick for _settle_timing. A
+        reference that fails here fails again in _reference_outputs, which
+        reports it. (Run for CUDA jobs: without events nothing is timed.)"""
+        t0 = time.perf_counter()
+        try:
+            pool = [loader.inputs_from(self.task, fresh_seed(), self.device) for _ in range(CLEAN_SETS)]
+            s = self._timing_kit(pool[0])
+            self.ref_model.train(True)
+            with torch.no_grad():
+                like = [self._reference_call(loader.clone_inputs(x)) for x in pool]
+            interleaved = self.opts["reference_mode"] == "eager"
+            steady = self._reference_call if interleaved else (lambda args: None)
+            timing.warm_until(steady, pool, s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS, self.opts["warmup"],
+                              STEADY_WARM_MAX_CALLS)
+            order = [i % CLEAN_SETS for i in range(CLEAN_CALLS)]
+            ref = self._judge_batch(self._reference_call, order, 0, like, pool)[0] if interleaved else []
+            _, null = self._judge_batch(lambda args: None, order, 0, like, pool)
+            self.clean = {"ref": ref, "null_per_call": null / CLEAN_CALLS}
+        except Exception:
+            self.clean = None
+        self.phases["time_clean"] = _ms(t0)
+
+    def _settle_timing(self, times, ref_times, walls, nulls, ref_walls, interleaved, warmed, batches):
+        """The timed sequence's statistics. The candidate's process was alive
+        while the judge timed the reference and the empty batches beside it,
+        and work it left running on the GPU could have slowed them (a slower
+        reference is a larger speedup; a slower empty batch a looser
+        wall-clock bound). Against the clean baseline (_clean_baseline): the
+        empty batch counted is the faster of the two, and an interleaved
+        reference more than INTERFERENCE_SHARE slower than the clean one is
+        replaced by the clean one."""
+        n = len(times)
+        clean = getattr(self, "clean", None) or {"ref": [], "null_per_call": float("inf")}
+        null_per_call = min(nulls / max(1, n), clean["null_per_call"])
+        ok, per_event, per_wall = timing.wall_bound(sum(times), walls, null_per_call * n, n, WALL_EVENT_SHARE,
+                                                    WALL_EVENT_SLACK_MS)
+        check = {"event_mean_ms": per_event, "wall_per_call_ms": per_wall, "null_per_call_ms": null_per_call,
+                 "null_interleaved_per_call_ms": nulls / max(1, n), "slack_ms": WALL_EVENT_SLACK_MS,
+                 "steady_warm_calls": warmed, "batches": batches}
+        if clean["null_per_call"] != float("inf"):
+            check["null_clean_per_call_ms"] = clean["null_per_call"]
+        self.res["timing_check"] = check
+        if interleaved and ref_times:
+            # The same gap for the reference, timed here where no candidate
+            # code ran: what an honest forward's wall clock holds beyond its
+            # events on this GPU (the yardstick for WALL_EVENT_SLACK_MS).
+            _, ref_event, ref_wall = timing.wall_bound(sum(ref_times), ref_walls, null_per_call * n, n,
+                                                       WALL_EVENT_SHARE, WALL_EVENT_SLACK_MS)
+            check.update(ref_event_mean_ms=ref_event, ref_wall_per_call_ms=ref_wall)
+        if not ok:
             self.hack("runtime:timing_mismatch",
-                      f"the events claim {summary['mean']:.4f} ms a call, the judge's wall clock "
-                      f"{wall_per_call:.4f} ms a call")
+                      f"the events claim {per_event:.4f} ms a call, the judge's wall clock {per_wall:.4f} ms a call")
             return
-        self.res["runtime_ms"] = summary
+        self.res["runtime_ms"] = timing.summarize(times)
         self.res["timing_available"] = True
+        if interleaved and ref_times:
+            used = ref_times
+            interleaved_ms = statistics.median(ref_times)
+            check["ref_interleaved_median_ms"] = interleaved_ms
+            if clean["ref"]:
+                clean_ms = statistics.median(clean["ref"])
+                check["ref_clean_median_ms"] = clean_ms
+                if interleaved_ms > (1.0 + INTERFERENCE_SHARE) * clean_ms:
+                    used = clean["ref"]
+                    check["reference_slowed"] = True
+            self.res["ref_runtime_ms"] = timing.summarize(used)
+            self.res["reference_interleaved"] = True
+            self.res["speedup"] = timing.speedup_of(used, times)
 
     def _profile(self):
         if self.device.type != "cuda" or not self.opts["profile"]:
             return
         t0 = time.perf_counter()
-        ans, _ = self.ask({"op": "profile", "input_seed": self.pool_seeds[0]}, "while profiling")
+        # Inputs no earlier call had, drawn now: the profiled call is not one
+        # the candidate's process has seen before.
+        ans, _ = self.ask({"op": "profile", "input_seed": fresh_seed()}, "while profiling")
         prof = ans.get("profile")
         self.phases["profile"] = _ms(t0)
         if not isinstance(prof, dict):

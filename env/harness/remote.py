@@ -9,6 +9,7 @@ never a crash of the judge.
 
 import os
 import signal
+import time
 
 from env.harness import candidate_sandbox, wire
 
@@ -26,12 +27,36 @@ class Remote:
     def __init__(self, link):
         self.link = link
         self.calls = 0
+        self.boundary_ms = 0.0
 
     def request(self, header):
-        """(answer, blobs); raises CandidateGone with the reason."""
+        """(answer, blobs); raises CandidateGone with the reason. The time the
+        round trip took beyond the work the candidate's process says it did
+        adds to boundary_ms (the pipe, the encoding, the copies: a
+        diagnostic, never a verdict)."""
+        t0 = time.perf_counter()
+        self.send(header)
+        ans, blobs = self.receive()
+        claimed = ans.get("ms")
+        if isinstance(claimed, (int, float)) and not isinstance(claimed, bool):
+            self.boundary_ms += max(0.0, (time.perf_counter() - t0) * 1000.0 - float(claimed))
+        return ans, blobs
+
+    def send(self, header, blobs=()):
+        """Sends a request (blobs through the pipe) without waiting for its
+        answer (receive() reads it), so the judge can work while the
+        candidate's process does."""
         self.calls += 1
         try:
-            wire.send(self.link.to_fd, header)
+            wire.send(self.link.to_fd, header, blobs)
+        except BrokenPipeError as e:
+            raise CandidateGone(self.death_text()) from e
+        except OSError as e:
+            raise CandidateGone(f"the channel to the candidate's process failed: {e.strerror}") from e
+
+    def receive(self):
+        """(answer, blobs) of the request sent last; raises CandidateGone."""
+        try:
             ans, blobs = wire.recv(self.link.from_fd, self.link.shm_fd)
         except (EOFError, BrokenPipeError) as e:
             raise CandidateGone(self.death_text()) from e

@@ -43,7 +43,7 @@ import torch
 import torch._dynamo  # noqa: F401  here once, not in every child (guards.py says why it is needed)
 import triton
 
-from env.harness import candidate_sandbox, evaluate, profiler, protocol, reference, sandbox
+from env.harness import candidate_sandbox, evaluate, kernel_cache, profiler, protocol, reference, sandbox
 
 GPU_CHECK_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 120.0
@@ -56,6 +56,14 @@ JUDGE_RETRIES = 1        # re-runs of a job whose judge died
 PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
               "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "NCCL_NVLS_ENABLE",
               "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
+
+def speedup_of(ref, cand):
+    """Reference median over candidate median, from two runtime summaries
+    (timing.summarize); None when either is missing or not positive."""
+    if not ref or not cand or not cand.get("median") or cand["median"] <= 0:
+        return None
+    return ref["median"] / cand["median"]
 
 
 def recheck_drawn():
@@ -291,7 +299,10 @@ class Server:
             os.path.expanduser("~"), ".cache", "drkernel", "kernelgym")
         self.compile_dirs = {name: os.path.join(self.cache_dir, name) for name in ("triton", "nv", "inductor")}
         self.writable_dirs = list(self.compile_dirs.values())  # besides the job's own directory
-        for d in list(self.compile_dirs.values()) + [os.path.join(self.cache_dir, "ref")]:
+        # Kernels kept per candidate source (env.harness.kernel_cache): judges
+        # read it, only the server writes it.
+        self.kernel_store = os.path.join(self.cache_dir, "kernels")
+        for d in list(self.compile_dirs.values()) + [os.path.join(self.cache_dir, "ref"), self.kernel_store]:
             os.makedirs(d, exist_ok=True)
         base = os.environ.get("DK_KG_TMP") or tempfile.gettempdir()
         self.tmp_base = os.path.join(base, f"dk-kernelgym-{os.getpid()}")
@@ -363,12 +374,17 @@ class Server:
         return candidate_sandbox.CandidateSpec(device, env, hidden, seed_cache=seed)
 
     @staticmethod
-    def finish_child(child, next_spare=None):
+    def finish_child(child, next_spare=None, keep=None):
         """Supervises a child to its end (sandbox.finish); its job directory
-        goes with it."""
+        goes with it, after keep(workdir) when given."""
         try:
             return sandbox.finish(child, next_spare=next_spare)
         finally:
+            if keep is not None:
+                try:
+                    keep(child.workdir)
+                except OSError as e:
+                    log(f"keeping a job's files failed: {e}")
             shutil.rmtree(child.workdir, ignore_errors=True)
 
     def run_child(self, target, device, gpu, limits, judge=False):
@@ -536,7 +552,9 @@ class Server:
         if child is None:
             child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits, judge=True)
         nxt = self.spawn_spare(key, limits, device, gpu) if self.prefork else None
-        out = self.finish_child(child, next_spare=nxt)
+        source = job["candidate_source"]
+        out = self.finish_child(child, next_spare=nxt, keep=lambda workdir: kernel_cache.publish(
+            self.kernel_store, source, os.path.join(workdir, kernel_cache.HARVEST_DIR)))
         self.spare = nxt
         res = self.outcome_result(job.get("id"), out)
         if res["status"] in ("crash", "timeout"):
@@ -576,24 +594,27 @@ class Server:
             return protocol.error_result(job_id, f"bad job: {e}")
         job = dict(job)
         job["device"] = job.get("device") or ("cuda" if self.cuda else "cpu")
+        job["kernel_store"] = self.kernel_store
         problem = self.validate(job, opts)
         if problem:
             return protocol.error_result(job_id, problem)
         res = self.run_candidate(job, opts)
         if res["status"] == "ok" and res.get("timing_available") and res.get("runtime_ms"):
-            t1 = time.monotonic()
-            ref, cached, err = self.reference_timing(job, opts, res.get("gpu_name", "gpu"))
-            res["phases_ms"]["reference"] = (time.monotonic() - t1) * 1000.0
-            res["reference_cached"] = cached
-            if ref is None:
-                res["error"] = err
-            else:
+            if not (res.get("reference_interleaved") and res.get("ref_runtime_ms")):
+                # A compiled reference: timed in its own child, cached per
+                # task, GPU model and options (env.harness.reference).
+                t1 = time.monotonic()
+                ref, cached, err = self.reference_timing(job, opts, res.get("gpu_name", "gpu"))
+                res["phases_ms"]["reference"] = (time.monotonic() - t1) * 1000.0
+                res["reference_cached"] = cached
                 res["ref_runtime_ms"] = ref
-                res["speedup"] = ref["mean"] / res["runtime_ms"]["mean"] if res["runtime_ms"]["mean"] > 0 else None
-                if res["speedup"] is not None and not opts["strict"] and (
-                        res["speedup"] > opts["recheck_speedup"]
-                        or (res["speedup"] > 1.0 and recheck_drawn())):
-                    self.recheck(job, opts, res)
+                res["speedup"] = speedup_of(ref, res["runtime_ms"])
+                if ref is None:
+                    res["error"] = err
+            if res["speedup"] is not None and not opts["strict"] and (
+                    res["speedup"] > opts["recheck_speedup"]
+                    or (res["speedup"] > 1.0 and recheck_drawn())):
+                self.recheck(job, opts, res)
         res["task_name"] = job.get("task_name")
         res["phases_ms"]["total"] = (time.monotonic() - t0) * 1000.0
         return res
@@ -607,8 +628,11 @@ class Server:
         r2 = self.run_candidate(job, strict)
         claimed = res["speedup"]
         again = None
-        if r2["status"] == "ok" and r2.get("runtime_ms") and r2["runtime_ms"]["mean"] > 0:
-            again = res["ref_runtime_ms"]["mean"] / r2["runtime_ms"]["mean"]
+        if r2["status"] == "ok" and r2.get("runtime_ms"):
+            # The re-run's own reference when it timed one beside it,
+            # else the first run's (a compiled reference, from the cache).
+            again = r2.get("speedup") if r2.get("reference_interleaved") else \
+                speedup_of(res["ref_runtime_ms"], r2["runtime_ms"])
         res["recheck"] = {"status": r2["status"], "speedup": again, "runtime_ms": r2.get("runtime_ms"),
                           "hack_reasons": r2["hack"]["reasons"], "error": r2.get("error", "")[:1000]}
         if r2["status"] != "ok":
@@ -616,11 +640,15 @@ class Server:
                 protocol.add_hack(res, reason)
             protocol.add_hack(res, "runtime:implausible_speedup_failed_recheck",
                               f"speedup {claimed:.1f}x; the strict re-run ended {r2['status']}: {r2.get('error', '')[:300]}")
+        elif again is None:
+            res["recheck"]["error"] = "the re-run measured no speedup: " + res["recheck"]["error"]
         elif again < RECHECK_SLOWDOWN * claimed:
             protocol.add_hack(res, "runtime:implausible_speedup_failed_recheck",
                               f"speedup {claimed:.1f}x fell to {again:.2f}x with fresh inputs on every call")
         else:
             res["runtime_ms"] = r2["runtime_ms"]
+            if r2.get("reference_interleaved"):
+                res["ref_runtime_ms"] = r2["ref_runtime_ms"]
             res["speedup"] = again
             if r2.get("profile"):
                 res["profile"] = r2["profile"]

@@ -1,5 +1,5 @@
-"""Timing loop shared by the candidate and the reference, so both are measured
-the same way.
+"""Timing loops shared by the candidate and the reference, so both are
+measured the same way.
 
 Each call gets its inputs copied from a pool of input sets into one of two
 fixed buffers (so a cache keyed on the input's address sees new values), the
@@ -7,9 +7,16 @@ L2 cache is flushed by writing a 256 MB buffer, and the forward is bracketed
 by CUDA events on the current stream followed by a device-wide sync. All of
 that happens outside the events. The candidate's outputs can be validated
 after every call, outside the timed region.
+
+timed_batch is the one loop both processes of a job run: the candidate's
+process around ModelNew, the judge around the reference model and around
+nothing (the empty batch that measures the harness's own cost per call, in
+a process that never ran candidate code). interleave_order, speedup_of and
+wall_bound are the judge's statistics.
 """
 
 import statistics
+import time
 
 import torch
 
@@ -142,3 +149,82 @@ def input_bytes(inputs):
 
 def output_bytes(out):
     return sum(t.numel() * t.element_size() for t in compare.leaves(out) if isinstance(t, torch.Tensor))
+
+
+def timed_batch(call, pool, order, warmup, bufs, flusher, timers, keep=None):
+    """Event times (ms) of the calls of one batch after its first warmup.
+    Call i runs call(args) on input set order[i] of pool, copied into
+    bufs[i % 2]; keep(i, out) runs after the sync, outside the events (the
+    candidate's process keeps the output and its digest there). call may
+    return None (the empty batch)."""
+    start = timers.Event(enable_timing=True)
+    end = timers.Event(enable_timing=True)
+    times = []
+    with torch.no_grad():
+        for i, p in enumerate(order):
+            args = bufs[i % 2]
+            if not copy_into(args, pool[p]):
+                args = pool[p]
+            flusher.flush()
+            timers.record(start)
+            out = call(args)
+            timers.record(end)
+            timers.synchronize()
+            if i >= warmup:
+                times.append(float(timers.elapsed_time(start, end)))
+                if keep is not None:
+                    keep(i, out)
+    return times
+
+
+def empty_like(x):
+    """An uninitialised value with x's structure, dtypes, shapes and devices:
+    the empty batch's stand-in for an output (allocated and digested like
+    one, so its wall clock holds everything a real call's holds but the
+    forward)."""
+    if isinstance(x, torch.Tensor):
+        return torch.empty_like(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(empty_like(e) for e in x)
+    return x
+
+
+def warm_until(call, pool, bufs, flusher, timers, min_ms, min_calls, max_calls):
+    """Runs calls (input sets in turn) until both min_calls ran and min_ms
+    of wall clock went by, or max_calls ran: the GPU reaches the clocks it
+    keeps under this load before anything is measured. Returns the calls
+    made."""
+    t0 = time.perf_counter()
+    n = 0
+    while n < max_calls and (n < min_calls or (time.perf_counter() - t0) * 1000.0 < min_ms):
+        timed_batch(call, pool, [n % len(pool)], 1, bufs, flusher, timers)
+        n += 1
+    return n
+
+
+def interleave_order(batches):
+    """For each of `batches` batches, whether the reference's batch runs
+    before the candidate's: R C, C R, R C, C R ... so each side runs first
+    as often as the other, and a clock that drifts during the job
+    weighs on both alike."""
+    return [b % 2 == 0 for b in range(batches)]
+
+
+def speedup_of(ref_times, cand_times):
+    """Reference median over candidate median (None when either is empty or
+    the candidate's median is not positive). Medians: one slow call (a
+    context switch, a clock step) moves neither."""
+    if not ref_times or not cand_times:
+        return None
+    c = statistics.median(cand_times)
+    return statistics.median(ref_times) / c if c > 0 else None
+
+
+def wall_bound(event_sum_ms, wall_ms, null_wall_ms, calls, share, slack_ms):
+    """(ok, event ms a call, wall ms a call): the events a batch claims must
+    cover at least `share` of the judge's wall clock per call, less the
+    judge's own empty batch per call, minus slack_ms a call."""
+    n = max(1, calls)
+    per_event = event_sum_ms / n
+    per_wall = max(0.0, (wall_ms - null_wall_ms) / n)
+    return per_event >= share * per_wall - slack_ms, per_event, per_wall

@@ -2,17 +2,28 @@
 corpus on GPU-sized tasks, cycled to --jobs evaluations) through the warm
 server, one job at a time as a worker does, and prints per job the wall time,
 the timed GPU work and the overhead (wall time minus timed GPU work), then
-the median overhead and jobs per minute.
+the median overhead, the median of every phase the result reports
+(phases_ms) and jobs per minute.
+
+--device cpu runs the same jobs through the Triton interpreter (no timing,
+no profile): it shows where a job's time goes outside the GPU work (forks,
+sandbox, imports, the pipe, the reference outputs) on a machine without one.
 
 Timed GPU work of a job = candidate mean x (warm-up + timed calls), plus the
-same for the reference when it was measured rather than read from the cache.
-A cold pass over the set comes first and is reported apart: it pays each
-candidate's Triton compile and each task's reference timing, work that the
-candidate's own compile time and the per-task cache account for rather than
-the harness. The --jobs measured evaluations after it are the harness's
-steady state; --no-cold-pass measures from the first job instead.
+same for the reference when it was measured (by the judge, interleaved with
+the candidate's calls, every job, with reference_mode eager) rather than read from the cache. A cold
+pass over the set comes first and is reported apart: it pays each
+candidate's Triton compile, work that is the candidate's own and that the
+kernel store (env/harness/kernel_cache.py) keeps for later runs of the same
+source. The --jobs measured evaluations after it are the harness's steady
+state; --no-cold-pass measures from the first job instead. The phases
+include "boundary" (the judge's round trips to the candidate's process
+beyond the work that process reports), "time_clean" (the judge's baseline
+of reference and empty calls before any candidate code ran) and
+"time_reference" (the judge's own reference, empty and warm-up batches
+during the sequence).
 
-    python tools/bench/bench_kernelgym.py [--jobs 20] [--gpu 0] [--report FILE]
+    python tools/bench/bench_kernelgym.py [--jobs 20] [--gpu 0] [--device cuda|cpu] [--report FILE]
 """
 
 import argparse
@@ -32,10 +43,28 @@ import corpus  # noqa: E402
 from env.harness.client import HarnessServer  # noqa: E402
 
 
+PHASE_ORDER = ("sandbox", "setup", "check", "load", "time_clean", "candidate_load", "reference_outputs",
+               "correctness", "time", "time_reference", "profile", "boundary", "reference", "child_wall",
+               "total")
+
+
+def phase_medians(rows):
+    """{phase: median ms} over the rows that report it, in PHASE_ORDER
+    (phases the harness adds later come after, by name)."""
+    seen = {}
+    for r in rows:
+        for k, v in (r["phases_ms"] or {}).items():
+            if isinstance(v, (int, float)):
+                seen.setdefault(k, []).append(float(v))
+    keys = [k for k in PHASE_ORDER if k in seen] + sorted(k for k in seen if k not in PHASE_ORDER)
+    return {k: statistics.median(seen[k]) for k in keys}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=20)
     ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--perf-trials", type=int, default=100)
     ap.add_argument("--no-cold-pass", dest="cold_pass", action="store_false",
                     help="measure from the first evaluation (compiles and reference timings included)")
@@ -56,7 +85,7 @@ def main():
     t0 = time.monotonic()
     server = HarnessServer(env=env)
     startup = time.monotonic() - t0
-    if not server.ready.get("cuda"):
+    if args.device == "cuda" and not server.ready.get("cuda"):
         print("the server sees no GPU; this benchmark needs one")
         server.close()
         if not args.cache:
@@ -77,7 +106,8 @@ def main():
         name, src, m = cands[i % len(cands)]
         opts = {"perf_trials": args.perf_trials}
         t = time.monotonic()
-        res = server.evaluate(corpus.task_for(m, "cuda"), src, "cuda", opts, job_id=f"bench-{'cold-' if cold else ''}{i}", gpu=args.gpu)
+        res = server.evaluate(corpus.task_for(m, args.device), src, args.device, opts,
+                              job_id=f"bench-{'cold-' if cold else ''}{i}", gpu=args.gpu)
         wall = time.monotonic() - t
         work = 0.0
         rt = res.get("runtime_ms")
@@ -91,21 +121,22 @@ def main():
         rows.append({"job": i, "candidate": name, "status": res["status"], "wall_s": wall, "gpu_work_s": work,
                      "forked_ahead": res.get("forked_ahead"),
                      "overhead_s": wall - work, "pass": -1 if cold else i // len(cands), "reference_cached": res.get("reference_cached"),
-                     "phases_ms": res.get("phases_ms"), "speedup": res.get("speedup"), "error": res.get("error", "")[:200]})
+                     "phases_ms": res.get("phases_ms"), "speedup": res.get("speedup"), "error": res.get("error", "")[:200],
+                     "kernels_seeded": res.get("kernels_seeded"), "timing_check": res.get("timing_check")})
         last_profile = res.get("pyprofile")
     total = time.monotonic() - t_measured if t_measured is not None else 0.0
     server.close()
     if not args.cache:
         shutil.rmtree(cache, ignore_errors=True)
 
-    print(f"server start {startup:.1f} s; {args.jobs} evaluations on GPU {args.gpu}, {args.perf_trials} timed calls "
+    where = f"GPU {args.gpu}" if args.device == "cuda" else "the CPU (Triton interpreter, no timing)"
+    print(f"server start {startup:.1f} s; {args.jobs} evaluations on {where}, {args.perf_trials} timed calls "
           f"each{' after a cold pass over the ' + str(len(cands)) + ' candidates' if args.cold_pass else ''}"
           f"{'; children forked ahead' if args.prefork else '; children forked when the job arrives (--no-prefork)'}")
     print(f"{'job':>7} {'candidate':52s} {'status':8s} {'wall s':>7} {'gpu s':>7} {'ovh s':>7} {'speedup':>8}  phases ms")
     for r in rows:
         ph = r["phases_ms"] or {}
-        brief = " ".join(f"{k}={ph[k]:.0f}" for k in ("sandbox", "setup", "load", "reference_outputs", "correctness",
-                                                       "time", "profile", "reference", "child_wall") if k in ph)
+        brief = " ".join(f"{k}={ph[k]:.0f}" for k in PHASE_ORDER[:-1] if k in ph)
         sp = f"{r['speedup']:.2f}" if r["speedup"] else "-"
         label = f"cold {r['job']}" if r["pass"] < 0 else str(r["job"])
         print(f"{label:>7} {r['candidate']:52s} {r['status']:8s} {r['wall_s']:7.2f} {r['gpu_work_s']:7.3f} "
@@ -126,6 +157,9 @@ def main():
     if cold:
         print(f"cold pass (Triton compile and reference timing included): median overhead "
               f"{summary['median_overhead_cold_s']:.3f} s over {len(cold)} evaluations")
+    phases = phase_medians(measured)
+    summary["phase_medians_ms"] = phases
+    print("median ms per phase: " + " ".join(f"{k}={v:.0f}" for k, v in phases.items()))
     print(f"throughput: {summary['jobs_per_minute']:.1f} jobs/minute ({total:.1f} s for {args.jobs} jobs); "
           f"{summary['failed']} not ok")
     if args.pyprofile > 0 and last_profile:

@@ -1,0 +1,270 @@
+"""KernelGym's timing, the judge's side, without a GPU.
+
+  statistics   timing.speedup_of, timing.wall_bound and
+               timing.interleave_order on hand-computed cases
+  loops        timing.timed_batch: warm-up calls are not timed, each call
+               gets its input set copied into the two buffers in turn and
+               its output handed to keep; timing.warm_until stops at its
+               call and time bounds
+  sequence     the judge's timed sequence (evaluate.Evaluation._timed_
+               sequence) against a stand-in for the candidate's process on
+               a fake clock: the reference is timed in the judge between
+               the candidate's batches, alternating which goes first; the
+               empty batch runs in the judge, never in the candidate's
+               process; the speedup is the ratio of the medians; a
+               candidate whose events claim far less than the judge's wall
+               clock is runtime:timing_mismatch; the judge never asks the
+               candidate's process for an empty batch
+  settle       an interleaved reference slowed by more than INTERFERENCE_SHARE
+               against the clean baseline (timed before the candidate's
+               process ran anything) gives way to the clean one
+"""
+
+import os
+import sys
+import tempfile
+import time
+
+ROOT = os.environ.get("DK_SOURCE") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "kernelgym"))
+
+import torch  # noqa: E402
+
+import corpus  # noqa: E402
+from env.harness import evaluate, loader, protocol, timing, wire  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL", what, flush=True)
+    return cond
+
+
+def test_statistics():
+    # medians: ref [1, 2, 3, 100] -> 2.5, candidate [1, 1, 2] -> 1
+    check(timing.speedup_of([1.0, 2.0, 3.0, 100.0], [1.0, 1.0, 2.0]) == 2.5, "speedup_of: medians")
+    check(timing.speedup_of([], [1.0]) is None and timing.speedup_of([1.0], [0.0]) is None,
+          "speedup_of: empty or zero")
+    # 10 calls, events 10 ms in all (1 ms a call), wall 30 ms, empty batch 10 ms -> 2 ms a call
+    ok, ev, wall = timing.wall_bound(10.0, 30.0, 10.0, 10, 0.5, 0.25)
+    check(ok and ev == 1.0 and wall == 2.0, f"wall_bound: honest case gave {ok, ev, wall}")
+    # events 5 ms (0.5 a call) against 0.5 * 2 - 0.25 = 0.75
+    ok, ev, wall = timing.wall_bound(5.0, 30.0, 10.0, 10, 0.5, 0.25)
+    check(not ok and ev == 0.5, f"wall_bound: forged case gave {ok, ev, wall}")
+    # an empty batch longer than the batch itself never makes the wall negative
+    ok, _, wall = timing.wall_bound(0.0, 5.0, 10.0, 10, 0.5, 0.0)
+    check(ok and wall == 0.0, "wall_bound: negative wall")
+    check(timing.interleave_order(5) == [True, False, True, False, True], "interleave_order")
+    print("  statistics: medians, the wall-clock bound and the interleaving match hand-computed cases")
+
+
+class FakeClock:
+    """Stands in for CUDA events: every call takes `ms`; counts its syncs."""
+
+    def __init__(self, ms):
+        self.ms = ms
+        self.syncs = 0
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            pass
+
+    def record(self, event):
+        pass
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def elapsed_time(self, start, end):
+        return self.ms
+
+
+def test_loops():
+    pool = [[torch.full((4,), float(p))] for p in range(3)]
+    bufs = [loader.clone_inputs(pool[0]), loader.clone_inputs(pool[0])]
+    seen, kept = [], []
+
+    def call(args):
+        seen.append((id(args[0]), float(args[0][0])))
+        return args[0] * 2
+
+    clock = FakeClock(0.25)
+    times = timing.timed_batch(call, pool, [0, 1, 2, 1], 1, bufs, timing.Flusher(torch.device("cpu")), clock,
+                               lambda i, out: kept.append((i, float(out[0]))))
+    check(times == [0.25, 0.25, 0.25] and clock.syncs == 4, f"timed_batch: times {times}, syncs {clock.syncs}")
+    check([v for _, v in seen] == [0.0, 1.0, 2.0, 1.0], f"timed_batch: inputs {seen}")
+    check([i for i, _ in seen] == [id(bufs[0][0]), id(bufs[1][0])] * 2, "timed_batch: the two buffers alternate")
+    check(kept == [(1, 2.0), (2, 4.0), (3, 2.0)], f"timed_batch: kept {kept}")
+    n = timing.warm_until(call, pool, bufs, timing.Flusher(torch.device("cpu")), clock, 0.0, 3, 100)
+    check(n == 3, f"warm_until: {n} calls for min_calls 3")
+    n = timing.warm_until(call, pool, bufs, timing.Flusher(torch.device("cpu")), clock, 1e9, 0, 7)
+    check(n == 7, f"warm_until: {n} calls for max_calls 7")
+    t0 = time.perf_counter()
+    n = timing.warm_until(lambda a: time.sleep(0.002), pool, bufs, timing.Flusher(torch.device("cpu")), clock,
+                          30.0, 1, 10000)
+    took = (time.perf_counter() - t0) * 1000.0
+    check(took >= 30.0 and n < 10000, f"warm_until: stopped after {took:.1f} ms, {n} calls (30 ms asked)")
+    print("  loops: timed_batch and warm_until")
+
+
+class FakeCandidate:
+    """The candidate's process as the judge sees it: answers time, fetch and
+    release. Each timed call takes wall_ms of real time and claims event_ms;
+    outputs are the reference's (so the fetched call verifies). It records
+    the requests it got, in order, with the judge's reference batches
+    marked between them by the test's clock."""
+
+    def __init__(self, ev, wall_ms, event_ms, log):
+        self.ev, self.wall_ms, self.event_ms, self.log = ev, wall_ms, event_ms, log
+        self.outs = {}
+        self.on_first_time = None  # called at its first timed batch
+
+    def request(self, header):
+        op = header["op"]
+        if header.get("null"):
+            raise AssertionError("the judge asked the candidate's process for an empty batch")
+        self.log.append(op)
+        if op == "time":
+            if self.on_first_time is not None:
+                self.on_first_time()
+                self.on_first_time = None
+            order, warmup = header["order"], header["warmup"]
+            t0 = time.perf_counter()
+            digests = {}
+            for i in range(warmup, len(order)):
+                out = self.ev.pool_refs[order[i]].clone()
+                blobs = []
+                wire.encode_value(out, blobs)
+                self.outs[i] = out
+                digests[str(i)] = str(wire.digest(blobs))
+            # the batch takes wall_ms a call in all, its own work included
+            time.sleep(max(0.0, self.wall_ms * len(order) / 1000.0 - (time.perf_counter() - t0)))
+            return {"times_ms": [self.event_ms] * (len(order) - warmup), "digests": digests}, []
+        if op == "fetch":
+            blobs = []
+            value = wire.encode_value(self.outs[header["call"]], blobs)
+            return {"out": value}, blobs
+        if op == "release":
+            self.outs = {}
+            return {"ok": True}, []
+        raise AssertionError(f"the judge asked the candidate's process for {op!r}")
+
+
+class JudgeClock(FakeClock):
+    """The judge's clock: its reference calls take ref_ms, its empty calls
+    0; logs each batch it times as "ref" or "null"."""
+
+    def __init__(self, ref_ms, log, ev):
+        super().__init__(ref_ms)
+        self.log, self.ev = log, ev
+
+
+def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
+    """Runs Evaluation._clean_baseline then _timed_sequence on the CPU with
+    the stand-ins; returns (result, request log, reference calls made).
+    clean_ref_ms: the reference's time in the baseline, before the
+    candidate's process ran anything (default ref_ms)."""
+    task = loader.load_module("kg_task_timing", corpus.task_source("row_sum"), tempfile.mkdtemp(prefix="kg-timing-"))
+    ev = evaluate.Evaluation.__new__(evaluate.Evaluation)
+    ev.opts = protocol.resolve_options({"perf_trials": calls, "warmup": warmup})
+    ev.res = protocol.new_result("timing")
+    ev.res["launches"] = {"eval": 1, "train": 0, "kernels": {}}
+    ev.phases = ev.res["phases_ms"]
+    ev.patched, ev.strict = [], False
+    ev.device = torch.device("cpu")
+    ev.task = task
+    torch.manual_seed(0)
+    ev.ref_model = task.Model(*task.get_init_inputs())
+    ev.pool_seeds = [101, 102, 103]
+    ev.pool_n = 3
+    with torch.no_grad():
+        ev.pool_refs = [ev.ref_model(*loader.inputs_from(task, s, ev.device)) for s in ev.pool_seeds]
+    ev.out_bytes = timing.output_bytes(ev.pool_refs[0])
+    ev.atol = ev.rtol = 1e-4
+    log = []
+    ev.remote = FakeCandidate(ev, wall_ms, event_ms, log)
+    calls_made = {"ref": 0, "null": 0}
+    real_ref = ev.ref_model
+
+    def counted_ref(*args):
+        calls_made["ref"] += 1
+        if not log or log[-1] != "ref":
+            log.append("ref")
+        return real_ref(*args)
+
+    ev.ref_model = counted_ref
+    ev.ref_model.train = lambda mode: None
+    clock = JudgeClock(ref_ms, log, ev)
+    saved = evaluate.guards.Timers
+    evaluate.guards.Timers = lambda: clock
+    clock.ms = ref_ms if clean_ref_ms is None else clean_ref_ms
+
+    def sequence_starts():
+        clock.ms = ref_ms
+
+    ev.remote.on_first_time = sequence_starts
+    try:
+        ev._clean_baseline()
+        log.clear()
+        ev._timed_sequence(calls, warmup, probe_at=-1)
+    finally:
+        evaluate.guards.Timers = saved
+    return ev.res, log, calls_made
+
+
+def test_sequence():
+    # honest: 20 ms of wall a call, 20 ms of events; the reference takes 10 ms
+    res, log, made = timed_run(20.0, 20.0, 10.0)
+    check(not res["hack"]["detected"] and res["timing_available"], f"sequence: honest flagged {res['hack']}")
+    check(res.get("reference_interleaved") and res["speedup"] == 0.5,
+          f"sequence: speedup {res.get('speedup')} (10 ms / 20 ms = 0.5 expected)")
+    check(res["ref_runtime_ms"]["trials"] == 8 and res["runtime_ms"]["trials"] == 8,
+          f"sequence: trials {res['ref_runtime_ms']} {res['runtime_ms']}")
+    # reference before the first batch, after the second, before the third ...
+    times = [i for i, op in enumerate(log) if op == "time"]
+    refs = [i for i, op in enumerate(log) if op == "ref"]
+    check(len(times) == 4 and log.count("fetch") == 4, f"sequence: requests {log}")
+    firsts = [any(times[b - 1] < r < times[b] if b else r < times[b] for r in refs) for b in range(len(times))]
+    check(firsts == [True, False, True, False], f"sequence: reference-first per batch {firsts} in {log}")
+    tc = res.get("timing_check") or {}
+    check(tc.get("steady_warm_calls", 0) >= 1 and made["ref"] >= 8 + 1 + tc.get("steady_warm_calls", 0),
+          f"sequence: the reference ran {made['ref']} calls, warm-up {tc.get('steady_warm_calls')}")
+    # the sleep makes 20 ms a lower bound; a loaded machine adds to it
+    check(tc.get("wall_per_call_ms", 0) >= 19.5 and tc.get("null_per_call_ms", 1) < 5.0,
+          f"sequence: wall {tc.get('wall_per_call_ms')} / empty {tc.get('null_per_call_ms')} ms a call")
+    print(f"  sequence: honest ok, speedup {res['speedup']}, wall {tc['wall_per_call_ms']:.2f} ms a call, "
+          f"empty batch {tc['null_per_call_ms']:.3f} ms a call (in the judge), order {log}")
+    # forged: 20 ms of wall a call, events claim 0.1 ms: 0.1 < 0.5 * 20 - 1
+    res, log, _ = timed_run(20.0, 0.1, 10.0)
+    check(res["hack"]["detected"] and "runtime:timing_mismatch" in res["hack"]["reasons"] and not res["timing_available"],
+          f"sequence: forged events not caught: {res['hack']} {res.get('timing_check')}")
+    print(f"  sequence: forged events -> {res['hack']['reasons']}")
+    # the reference ran at 10 ms before the candidate's process ran anything,
+    # 15 ms beside it: the interleaved reference was slowed from outside, the
+    # clean one counts (10 / 20), not the interleaved one (15 / 20)
+    res, log, _ = timed_run(20.0, 20.0, 15.0, clean_ref_ms=10.0)
+    tc = res.get("timing_check") or {}
+    check(res["timing_available"] and res["speedup"] == 0.5 and tc.get("reference_slowed")
+          and tc.get("ref_interleaved_median_ms") == 15.0 and tc.get("ref_clean_median_ms") == 10.0,
+          f"sequence: slowed reference gave speedup {res['speedup']} {tc}")
+    # within the share: the interleaved reference counts (10.25 / 20)
+    res, _, _ = timed_run(20.0, 20.0, 10.25, clean_ref_ms=10.0)
+    check(res["timing_available"] and abs(res["speedup"] - 10.25 / 20.0) < 1e-12
+          and not res["timing_check"].get("reference_slowed"), f"sequence: 2.5% slower interleaved reference gave {res['speedup']}")
+    print("  sequence: a reference slowed beside the candidate -> the clean one counts (speedup 0.5, not 0.75)")
+
+
+def main():
+    test_statistics()
+    test_loops()
+    test_sequence()
+    print(f"kernelgym timing: {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
