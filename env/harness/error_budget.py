@@ -209,7 +209,9 @@ def judge(ref, out, ref64, atol, rtol, k=K):
         if not r.is_floating_point() or (r64 is not None and tuple(r64.shape) != tuple(r.shape)):
             r64 = None
         leaf = judge_leaf(r, o, r64, atol, rtol, k)
-        diff = (o.detach().to(torch.float64) - r.detach().to(torch.float64)).abs()
+        od, rd = o.detach().to(torch.float64), r.detach().to(torch.float64)
+        # Equal values (equal infinities, NaN where the reference has NaN) differ by 0.
+        diff = torch.where((od == rd) | (torch.isnan(od) & torch.isnan(rd)), torch.zeros_like(rd), (od - rd).abs())
         worst = max(worst, float(torch.nan_to_num(diff, nan=math.inf).max()))
         if leaf["ratio"] is not None:
             ratio = leaf["ratio"] if ratio is None else max(ratio, leaf["ratio"])
@@ -217,10 +219,14 @@ def judge(ref, out, ref64, atol, rtol, k=K):
             rule = leaf["rule"]
         if not leaf["ok"] and verdict["leaf"] is None:
             n_bad = int(leaf["bad"].sum())
-            text = (f"{where} differs from the reference: max abs diff {float(diff.max()):.3g}, "
-                    f"{n_bad} of {r.numel()} elements outside atol={atol:g} rtol={rtol:g}")
-            if leaf["ratio"] is not None:
-                text += f" and outside the fp64 error budget (error ratio {leaf['ratio']:.3g}, K={k:g})"
+            n_nan = int((torch.isnan(o) & ~torch.isnan(r)).sum()) if o.is_floating_point() else 0
+            if n_nan:
+                text = f"{where} holds NaN where the reference does not ({n_nan} of {r.numel()} elements)"
+            else:
+                text = (f"{where} differs from the reference: max abs diff {float(diff.max()):.3g}, "
+                        f"{n_bad} of {r.numel()} elements outside atol={atol:g} rtol={rtol:g}")
+                if leaf["ratio"] is not None:
+                    text += f" and outside the fp64 error budget (error ratio {leaf['ratio']:.3g}, K={k:g})"
             verdict.update(leaf=i, bad=leaf["bad"], tol_ratio=leaf["tol_ratio"], max_rel=leaf["max_rel"],
                            leaf_ratio=leaf["ratio"])
             verdict["message"] = verdict["message"] or text
@@ -277,6 +283,11 @@ def _unravel(flat_index, shape):
 def _num(x):
     x = float(x)
     return x if math.isfinite(x) else str(x)
+
+
+def finite_or_none(x):
+    """x for the result JSON, which holds no NaN or infinity: None there."""
+    return x if x is None or math.isfinite(x) else None
 
 
 def mismatch_report(ref, out, ref64, verdict, atol, rtol, k=K, where=None):

@@ -492,9 +492,11 @@ class Evaluation:
                 outs[mode].append(out)
                 ptrs[mode].append({n.get("ptr") for n in notes if n.get("ptr")})
         self.res["launches"] = {"eval": launches["eval"], "train": launches["train"], "kernels": kernels}
-        self.res["max_abs_diff"] = worst
+        # The result travels as JSON without NaN or infinity (a NaN output
+        # makes both infinite): unknown there, the mismatch says why.
+        self.res["max_abs_diff"] = error_budget.finite_or_none(worst)
         self.res["correct_rule"] = rule
-        self.res["error_ratio"] = ratio
+        self.res["error_ratio"] = error_budget.finite_or_none(ratio)
         if launches["eval"] == 0:
             self.hack("runtime:no_triton_launch_eval", "no Triton kernel of the candidate ran in eval() mode")
         if launches["train"] == 0:

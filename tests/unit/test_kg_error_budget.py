@@ -80,6 +80,12 @@ def test_rule():
     v = eb.judge(t([1.0, float("nan")]), t([float("nan"), float("nan")]), t([1.0, float("nan")], torch.float64),
                  1e-4, 1e-4)
     check(not v["ok"] and v["bad"].tolist() == [True, False] and v["ratio"] == math.inf, f"NaN: {v}")
+    # Equal infinities differ by 0; NaN where the reference has a number is named.
+    v = eb.judge(t([float("inf"), 1.0]), t([float("inf"), 1.0]), t([float("inf"), 1.0], torch.float64), 1e-4, 1e-4)
+    check(v["ok"] and v["max_abs_diff"] == 0.0, f"equal infinities: {v['ok']} {v['max_abs_diff']}")
+    v = eb.judge(t([1.0, 2.0]), t([float("nan"), 2.0]), t([1.0, 2.0], torch.float64), 1e-4, 1e-4)
+    check(not v["ok"] and v["message"] == "output holds NaN where the reference does not (1 of 2 elements)",
+          v["message"])
     # Structure: a wrong shape or a wrong number leaf is never in budget.
     v = eb.judge(t([1.0, 2.0]), t([1.0, 2.0, 3.0]), t([1.0, 2.0], torch.float64), 1e-4, 1e-4)
     check(not v["ok"] and "has shape (3,), expected (2,)" in v["message"], v["message"])
@@ -276,6 +282,15 @@ def test_judge():
         check(m.get("n_bad", 0) >= 1 and m.get("budget_ratio", 0) > 1 and isinstance(m.get("fp64"), float)
               and m.get("candidate") != m.get("reference"), f"mismatch {m}")
         check("outside the fp64 error budget" in r["error"], r["error"])
+
+        # A NaN output is incorrect (not a judge that cannot report), named
+        # as such, with no number where the result's JSON cannot hold one.
+        r = server.evaluate(CAST_TASK, SCALE_CANDIDATE.replace("* 2.0, mask", "* 2.0 / 0.0 * 0.0, mask"), "cpu",
+                            base, "nan")
+        m = r.get("mismatch") or {}
+        check(r["status"] == "incorrect" and "holds NaN where the reference does not" in r["error"]
+              and r["max_abs_diff"] is None and m.get("candidate") == "nan" and m.get("first_index") == [0, 0],
+              f"NaN output: {r['status']} {r['error'][:200]} {m}")
 
         r = server.evaluate(CAST_TASK, SCALE_CANDIDATE, "cpu", base, "cast")
         check(r["status"] == "ok" and r["correct_rule"] == "tolerance" and r["error_ratio"] is None,
