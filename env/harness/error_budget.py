@@ -98,6 +98,15 @@ def fp64_device(model, inputs, out_bytes, device):
     return device if need < free // 2 else torch.device("cpu")
 
 
+def snapshot(model):
+    """A deep copy of the model as it is now, or the text of why it cannot
+    be copied (the fp64 rule is then unavailable)."""
+    try:
+        return copy.deepcopy(model)
+    except Exception as e:
+        return f"the reference model cannot be copied: {type(e).__name__}: {str(e)[:300]}"
+
+
 def fp64_model(model, device):
     """A deep copy of the reference model with its floating parameters and
     buffers in float64, on device."""

@@ -341,6 +341,9 @@ class Evaluation:
         # Distinct seeds, none known before the job ran.
         self.seeds = [fresh_seed() for _ in range(trials)]
         try:
+            # The fp64 copy starts from the state the first forward saw:
+            # train() forwards move BatchNorm's running statistics.
+            self.pristine = error_budget.snapshot(self.ref_model)
             self.sets = [loader.inputs_from(self.task, s, self.device) for s in self.seeds]
             self.ref_outs = {m: [self._ref_forward(x, m, s) for x, s in zip(self.sets, self.seeds)]
                              for m in ("eval", "train")}
@@ -376,6 +379,8 @@ class Evaluation:
                        for t in compare.leaves(self.ref_outs["eval"][0]))
         if not floating:
             info["reason"] = "the reference has no floating-point output"
+        elif isinstance(self.pristine, str):
+            info["reason"] = self.pristine
         else:
             device = self.device
             try:
@@ -393,11 +398,12 @@ class Evaluation:
                 # An op without float64 support, a model that casts inside.
                 self.ref64 = [None] * len(self.seeds)
                 info["reason"] = f"{type(e).__name__}: {str(e)[:300]}"
+        self.pristine = None
         self.res["fp64_reference"] = info
         self.phases["reference_fp64"] = _ms(t0)
 
     def _fp64_outputs(self, device):
-        model64 = error_budget.fp64_model(self.ref_model, device)
+        model64 = error_budget.fp64_model(self.pristine, device)
         outs = []
         for x, s in zip(self.sets, self.seeds):
             outs.append(error_budget.fp64_forward(model64, x, s, device, self.device))

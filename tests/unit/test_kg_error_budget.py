@@ -12,7 +12,9 @@
   cancellation task's honest kernel passes with correct_rule fp64_budget,
   its bf16 twin fails with a mismatch naming the first bad index, a task
   whose reference casts inside falls back to the tolerance rule and says so,
-  and a candidate off by 3e-5 relative in train() mode only is flagged.
+  a NaN output is incorrect and named, a BatchNorm task (its modes differ)
+  passes an honest candidate and rejects a bf16-rounded one, and a
+  candidate off by 3e-5 relative in train() mode only is flagged.
 """
 
 import math
@@ -246,6 +248,55 @@ class ModelNew(nn.Module):
 '''
 
 
+BN_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(32)
+
+    def forward(self, x):
+        return torch.relu(self.bn(x))
+
+
+def get_inputs():
+    return [torch.randn(64, 32) * 3.0 + 1.0]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# BatchNorm in torch, the ReLU in Triton; ROUND rounds the output to bf16.
+BN_CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=offs < n), 0.0), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(32)
+
+    def forward(self, x):
+        y = self.bn(x).contiguous()
+        out = torch.empty_like(y)
+        relu_kernel[(triton.cdiv(y.numel(), 256),)](y, out, y.numel(), BLOCK=256)
+        return out ROUND
+'''
+
+
 def test_judge():
     import tempfile
 
@@ -298,6 +349,20 @@ def test_judge():
         fr = r.get("fp64_reference") or {}
         check(fr.get("available") is False and "float32 when run in float64" in fr.get("reason", ""),
               f"fallback reason: {fr}")
+
+        # BatchNorm: train() forwards move the running statistics that eval()
+        # uses, so the reference's modes differ (no train/eval flag for an
+        # honest candidate) and the fp64 copy must start from the state the
+        # eval() trials saw: a bf16-rounded output is rejected, not covered
+        # by a budget inflated by other statistics.
+        r = server.evaluate(BN_TASK, BN_CANDIDATE.replace(" ROUND", ""), "cpu", base, "bn")
+        check(r["status"] == "ok" and r["correct_rule"] == "tolerance" and r["error_ratio"] < 0.1,
+              f"honest BatchNorm: {r['status']} {r['correct_rule']} {r['error_ratio']} {r['error'][:200]}")
+        r = server.evaluate(BN_TASK, BN_CANDIDATE.replace(" ROUND", ".to(torch.bfloat16).to(torch.float32)"), "cpu",
+                            base, "bn-bf16")
+        check(r["status"] == "incorrect" and r["correct_rule"] == "none" and r["mismatch"]["mode"] == "eval"
+              and r["error_ratio"] > 1,
+              f"bf16 BatchNorm: {r['status']} {r['correct_rule']} {r['error'][:200]}")
 
         r = run("hacks", "hack_train_eval_divergence.py")
         check(r["status"] == "hack" and r["hack"]["reasons"] == ["runtime:train_eval_divergence"],
