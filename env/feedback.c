@@ -79,6 +79,11 @@ static void add_correctness(sbuf *b, const kg_result *r) {
     sb_printf(b, "Compiled: yes. Correct: %s", r->correct && r->status != KG_STATUS_INCORRECT ? "yes" : "no");
     if (isfinite(r->max_abs_diff)) sb_printf(b, " (max abs diff %.3g)", r->max_abs_diff);
     sb_printf(b, ".\n");
+    /* Accepted outside the task's tolerance: say what accepted it, so the
+     * model knows its rounding is as good as the reference's, not better. */
+    if (r->correct && r->correct_rule == KG_RULE_FP64_BUDGET && isfinite(r->error_ratio))
+        sb_printf(b, "Accepted by the fp64 error budget: outside atol/rtol of the fp32 reference, but as close to "
+                     "an fp64 evaluation as the reference is (error ratio %.2g of 1).\n", r->error_ratio);
 }
 
 static void add_timing(sbuf *b, const kg_result *r) {

@@ -17,8 +17,10 @@ typedef enum {
     KG_HINT_NONE = 0,
     KG_HINT_ILLEGAL_ADDRESS, /* out-of-bounds or misaligned memory access */
     KG_HINT_OUT_OF_RESOURCES, /* shared memory, registers, or threads exhausted */
+    KG_HINT_OUT_OF_MEMORY,   /* a device or host allocation failed */
     KG_HINT_MISMATCH,        /* ran, but the output is wrong */
     KG_HINT_SHAPE,           /* ran, but the output has the wrong shape or dtype */
+    KG_HINT_NAN,             /* ran, but the output holds NaN where the reference does not */
     KG_HINT_TIMEOUT,         /* did not finish in time */
 } kg_hint_class;
 
@@ -27,10 +29,12 @@ const char *kg_hint_name(kg_hint_class c);
 /* The hint sentence of a class; "" for KG_HINT_NONE. */
 const char *kg_hint_text(kg_hint_class c);
 
-/* "Mismatch: ..." lines from the result's `mismatch` object: {first_index:
- * [ints], n_bad, numel, max_abs_diff, atol, rtol, max_ratio (the largest
- * |diff| / (atol + rtol |ref|)), pattern}. Every key is optional. Appends to
- * *out (a malloc'd string or NULL); nothing when the field is absent. */
+/* "Mismatch: ..." lines from the result's `mismatch` object: {mode, trial,
+ * first_index: [ints], candidate, reference, fp64 (the values there), n_bad,
+ * numel, max_abs_diff, atol, rtol, max_ratio (the largest |diff| / (atol +
+ * rtol |ref|)), budget_ratio (the largest error against fp64 over its
+ * budget), k, pattern}. Every key is optional. Appends to *out (a malloc'd
+ * string or NULL); nothing when the field is absent. */
 void kg_hint_mismatch(const kg_result *r, char **out);
 
 /* "Reference time by op: ..." from `reference_profile`, a list of

@@ -19,13 +19,14 @@ void kg_job_options_default(kg_job_options *o) {
     o->max_source_bytes = 1000000;
     o->memory_limit_gb = 32;
     o->cpu_time_s = 600;
+    o->budget_k = 8;
     o->sleep_s = 0;
 }
 
 const kg_job_option_range kg_job_option_ranges[] = {
     {"timeout_s", 1, 3600},         {"correctness_trials", 1, 100}, {"perf_trials", 1, 10000},
     {"warmup", 0, 1000},            {"max_source_bytes", 1, 1e8},   {"memory_limit_gb", 0.5, 4096},
-    {"cpu_time_s", 1, 86400},
+    {"cpu_time_s", 1, 86400},       {"budget_k", 1, 1e6},
 };
 const int kg_job_n_option_ranges = sizeof kg_job_option_ranges / sizeof kg_job_option_ranges[0];
 
@@ -78,6 +79,7 @@ static cJSON *options_to_json(const kg_job_options *o) {
     cJSON_AddNumberToObject(j, "max_source_bytes", (double)o->max_source_bytes);
     cJSON_AddNumberToObject(j, "memory_limit_gb", o->memory_limit_gb);
     cJSON_AddNumberToObject(j, "cpu_time_s", o->cpu_time_s);
+    cJSON_AddNumberToObject(j, "budget_k", o->budget_k);
     return j;
 }
 

@@ -31,6 +31,7 @@ typedef struct {
     long max_source_bytes;
     double memory_limit_gb;
     double cpu_time_s;
+    double budget_k; /* K of the fp64 error budget (env/harness/error_budget.py) */
     double sleep_s; /* KG_JOB_SLEEP only */
 } kg_job_options;
 

@@ -18,6 +18,19 @@ const char *kg_status_name(kg_status s) {
     return (s >= 0 && s < KG_STATUS_COUNT) ? status_names[s] : "unknown";
 }
 
+static const char *rule_names[KG_RULE_COUNT] = {"none", "tolerance", "fp64_budget"};
+
+const char *kg_correct_rule_name(kg_correct_rule c) {
+    return (c >= 0 && c < KG_RULE_COUNT) ? rule_names[c] : "unknown";
+}
+
+/* An absent or unknown rule reads as none: the field is optional. */
+static kg_correct_rule correct_rule_of(const cJSON *v) {
+    for (int i = 0; i < KG_RULE_COUNT; i++)
+        if (cJSON_IsString(v) && strcmp(v->valuestring, rule_names[i]) == 0) return (kg_correct_rule)i;
+    return KG_RULE_NONE;
+}
+
 dk_status kg_status_parse(const char *s, kg_status *out) {
     for (int i = 0; i < KG_STATUS_COUNT; i++)
         if (s && strcmp(s, status_names[i]) == 0) {
@@ -39,6 +52,7 @@ void kg_result_init(kg_result *r) {
     memset(r, 0, sizeof *r);
     r->status = KG_STATUS_PENDING;
     r->max_abs_diff = NAN;
+    r->error_ratio = NAN;
     r->speedup = NAN;
     r->coverage = NAN;
     r->reward = NAN;
@@ -130,6 +144,8 @@ dk_status kg_result_from_json(const cJSON *o, kg_result *r) {
     }
     if (status == KG_STATUS_HACK) r->hack = 1;
     r->max_abs_diff = num_or_nan(o, "max_abs_diff");
+    r->correct_rule = correct_rule_of(cJSON_GetObjectItemCaseSensitive(o, "correct_rule"));
+    r->error_ratio = num_or_nan(o, "error_ratio");
     parse_timing(cJSON_GetObjectItemCaseSensitive(o, "runtime_ms"), &r->runtime);
     parse_timing(cJSON_GetObjectItemCaseSensitive(o, "ref_runtime_ms"), &r->ref_runtime);
     r->speedup = num_or_nan(o, "speedup");

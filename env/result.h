@@ -22,6 +22,13 @@ typedef enum {
 } kg_status;
 #define KG_STATUS_COUNT (KG_STATUS_ERROR + 1)
 
+/* Which rule accepted the outputs (`correct_rule`): the task's atol/rtol
+ * against the reference in its own dtype, or the error budget against its
+ * fp64 evaluation (env/harness/error_budget.py); NONE when neither did or the
+ * harness did not say. */
+typedef enum { KG_RULE_NONE = 0, KG_RULE_TOLERANCE, KG_RULE_FP64_BUDGET } kg_correct_rule;
+#define KG_RULE_COUNT (KG_RULE_FP64_BUDGET + 1)
+
 typedef struct {
     int valid; /* 0 when the harness reported null (no timing) */
     double mean, median, std, min, max;
@@ -43,6 +50,8 @@ typedef struct {
     int n_hack_reasons;
     char **hack_reasons;
     double max_abs_diff; /* NAN when unknown */
+    kg_correct_rule correct_rule;
+    double error_ratio; /* largest error / fp64 budget; NAN without an fp64 reference */
     kg_timing runtime, ref_runtime;
     double speedup; /* NAN when timing is unavailable */
     int timing_available;
@@ -60,6 +69,7 @@ typedef struct {
 } kg_result;
 
 const char *kg_status_name(kg_status s);
+const char *kg_correct_rule_name(kg_correct_rule c); /* "none", "tolerance", "fp64_budget" */
 /* Parses "ok", "compile_error", ...; unknown names fail. */
 dk_status kg_status_parse(const char *s, kg_status *out);
 

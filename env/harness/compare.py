@@ -32,25 +32,42 @@ def tolerance(opts, task, ref_output):
     return float(atol), float(rtol)
 
 
-def compare(ref, out, atol, rtol):
-    """Returns (ok, max_abs_diff, message). max_abs_diff is None when the
-    outputs cannot be compared element by element."""
+def structure_problem(ref, out):
+    """Why out cannot be compared with ref value by value (leaf count, a
+    tensor where a number is expected, shape, dtype, device), or None."""
     ref_leaves = list(leaves(ref))
     out_leaves = list(leaves(out))
     if len(ref_leaves) != len(out_leaves):
-        return False, None, f"output has {len(out_leaves)} values, the reference {len(ref_leaves)}"
-    worst = 0.0
+        return f"output has {len(out_leaves)} values, the reference {len(ref_leaves)}"
     for i, (r, o) in enumerate(zip(ref_leaves, out_leaves)):
         where = f"output {i}" if len(ref_leaves) > 1 else "output"
         if isinstance(r, torch.Tensor):
             if not isinstance(o, torch.Tensor):
-                return False, None, f"{where} is {type(o).__name__}, expected a tensor"
+                return f"{where} is {type(o).__name__}, expected a tensor"
             if tuple(o.shape) != tuple(r.shape):
-                return False, None, f"{where} has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
+                return f"{where} has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
             if o.dtype != r.dtype:
-                return False, None, f"{where} has dtype {o.dtype}, expected {r.dtype}"
+                return f"{where} has dtype {o.dtype}, expected {r.dtype}"
             if o.device != r.device:
-                return False, None, f"{where} is on {o.device}, expected {r.device}"
+                return f"{where} is on {o.device}, expected {r.device}"
+        elif isinstance(r, (int, float)):
+            if not isinstance(o, (int, float)) or isinstance(o, bool) != isinstance(r, bool):
+                return f"{where} is {type(o).__name__}, expected {type(r).__name__}"
+    return None
+
+
+def compare(ref, out, atol, rtol):
+    """Returns (ok, max_abs_diff, message). max_abs_diff is None when the
+    outputs cannot be compared element by element."""
+    problem = structure_problem(ref, out)
+    if problem:
+        return False, None, problem
+    ref_leaves = list(leaves(ref))
+    out_leaves = list(leaves(out))
+    worst = 0.0
+    for i, (r, o) in enumerate(zip(ref_leaves, out_leaves)):
+        where = f"output {i}" if len(ref_leaves) > 1 else "output"
+        if isinstance(r, torch.Tensor):
             if r.numel() == 0:
                 continue
             rf, of = r.detach().double(), o.detach().double()
@@ -65,8 +82,6 @@ def compare(ref, out, atol, rtol):
                 return False, worst, (f"{where} differs from the reference: max abs diff {d:.3g}, "
                                       f"{bad} of {r.numel()} elements outside atol={atol:g} rtol={rtol:g}")
         elif isinstance(r, (int, float)):
-            if not isinstance(o, (int, float)) or isinstance(o, bool) != isinstance(r, bool):
-                return False, None, f"{where} is {type(o).__name__}, expected {type(r).__name__}"
             d = abs(float(o) - float(r))
             worst = max(worst, d)
             if d > atol + rtol * abs(float(r)):

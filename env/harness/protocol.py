@@ -12,6 +12,11 @@ import copy
 
 STATUSES = ("ok", "compile_error", "incorrect", "hack", "timeout", "crash", "error")
 
+# The result's `correct_rule`: which rule accepted the outputs (the task's
+# atol/rtol against the reference in its own dtype, or the error budget
+# against its fp64 evaluation: env/harness/error_budget.py), or none.
+CORRECT_RULES = ("tolerance", "fp64_budget", "none")
+
 # Option name -> (default, accepted python types). None in the types tuple
 # means the option may be null.
 OPTION_SPECS = {
@@ -27,6 +32,8 @@ OPTION_SPECS = {
     "max_source_bytes": (1_000_000, (int,)),
     "memory_limit_gb": (32.0, (int, float)),
     "cpu_time_s": (600, (int, float)),
+    # K of the fp64 error budget (env/harness/error_budget.py).
+    "budget_k": (8.0, (int, float)),
     # Beyond the contract's list: the static layer can be switched off so the
     # runtime layer and the sandbox can be exercised on their own; the seed
     # of the first correctness trial; the number of rotating input sets used
@@ -52,6 +59,7 @@ OPTION_BOUNDS = {
     "max_source_bytes": (1, 100_000_000),
     "memory_limit_gb": (0.5, 4096),
     "cpu_time_s": (1, 86400),
+    "budget_k": (1, 1e6),
     "input_sets": (1, 256),
     "max_procs": (4, 4096),
     "recheck_speedup": (1.0, 1e9),
@@ -114,6 +122,8 @@ def new_result(job_id):
         "error": "",
         "phases_ms": {},
         "timing_available": False,
+        "correct_rule": "none",
+        "error_ratio": None,
     }
 
 

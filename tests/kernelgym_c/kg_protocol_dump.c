@@ -7,6 +7,7 @@
  *   "statuses" the result statuses a result may carry (env/result.c), in
  *              enum order; "pending" is the C side's own "no result yet" and
  *              never on the wire, so it is left out
+ *   "correct_rules" the values of the result's correct_rule (env/result.c)
  * Every value is read from the C tables, none is written here. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,9 @@ int main(void) {
     cJSON *st = cJSON_AddArrayToObject(out, "statuses");
     for (int s = KG_STATUS_PENDING + 1; s < KG_STATUS_COUNT; s++)
         cJSON_AddItemToArray(st, cJSON_CreateString(kg_status_name((kg_status)s)));
+    cJSON *rules = cJSON_AddArrayToObject(out, "correct_rules");
+    for (int c = 0; c < KG_RULE_COUNT; c++)
+        cJSON_AddItemToArray(rules, cJSON_CreateString(kg_correct_rule_name((kg_correct_rule)c)));
     char *text = cJSON_Print(out);
     printf("%s\n", text);
     free(text);

@@ -1,6 +1,9 @@
 /* test_kg_feedback_hint.c: the hints of env/feedback_hint.h on hand-written
  * result JSONs, one per error class (illegal address, out of shared memory,
- * output mismatch, wrong shape, timeout, and none), the mismatch location and
+ * out of memory, output mismatch, wrong shape, NaN, timeout, and none), with
+ * the texts CUDA, Triton and the harness (env/harness/compare.py,
+ * error_budget.py, evaluate.py) print; the mismatch location, with and
+ * without the fp64 budget, the fp64-budget acceptance line, and
  * the reference bottleneck (fields the harness may not send yet: their
  * absence must change nothing), and the token budget (bytes / 4). */
 #include <math.h>
@@ -64,6 +67,19 @@ int main(void) {
                  KG_HINT_MISMATCH);
     expect_class("{\"status\":\"incorrect\",\"compiled\":true,\"error\":\"output shape (4, 8) != reference (4, 16)\"}",
                  KG_HINT_SHAPE);
+    expect_class("{\"status\":\"incorrect\",\"compiled\":true,\"error\":\"in forward (eval mode, trial 0): output has "
+                 "shape (3,), expected (2,)\"}", KG_HINT_SHAPE);
+    expect_class("{\"status\":\"incorrect\",\"compiled\":true,\"error\":\"eval mode, trial 0: output 1 has dtype "
+                 "torch.float16, expected torch.float32\"}", KG_HINT_SHAPE);
+    expect_class("{\"status\":\"incorrect\",\"compiled\":true,\"error\":\"eval mode, trial 1: output differs from the "
+                 "reference: max abs diff 20.8, 16 of 16 elements outside atol=0.0001 rtol=0.0001 and outside the fp64 "
+                 "error budget (error ratio 154, K=8)\"}", KG_HINT_MISMATCH);
+    expect_class("{\"status\":\"incorrect\",\"compiled\":true,\"error\":\"train mode, trial 0: output holds NaN where "
+                 "the reference does not\"}", KG_HINT_NAN);
+    expect_class("{\"status\":\"crash\",\"error\":\"CUDA fault in forward (eval mode, trial 0): CUDA out of memory. "
+                 "Tried to allocate 80.00 GiB\"}", KG_HINT_OUT_OF_MEMORY);
+    expect_class("{\"status\":\"crash\",\"error\":\"out of host memory (MemoryError) in forward (eval mode, trial 0); "
+                 "the limit is 32 GB\"}", KG_HINT_OUT_OF_MEMORY);
     expect_class("{\"status\":\"timeout\",\"error\":\"killed after 120 s\"}", KG_HINT_TIMEOUT);
     expect_class("{\"status\":\"compile_error\",\"error\":\"SyntaxError: invalid syntax\"}", KG_HINT_NONE);
     expect_class("{\"status\":\"ok\",\"compiled\":true,\"correct\":true}", KG_HINT_NONE);
@@ -94,9 +110,64 @@ int main(void) {
     parse("{\"status\":\"incorrect\",\"mismatch\":{\"max_abs_diff\":3e-4,\"max_ratio\":3}}", &r);
     m = NULL;
     kg_hint_mismatch(&r, &m);
-    CHECK(m && !strcmp(m, "Mismatch:. Largest error 0.0003 (3x the tolerance: a precision problem, accumulate in "
-                          "fp32).\n"), "partial mismatch: %s", m ? m : "(none)");
+    CHECK(m && !strcmp(m, "Mismatch:. Largest error 0.0003 (3x the tolerance: a precision problem, keep fp32 inputs "
+                          "and accumulate in fp32).\n"), "partial mismatch: %s", m ? m : "(none)");
     free(m);
+    kg_result_free(&r);
+
+    /* The harness's mismatch with the fp64 budget (the bf16 kernel of
+     * tests/kernelgym/precision): the mode and trial, the three values at the
+     * first bad element, and the error against the budget; 154 budgets is a
+     * precision problem (under 1e4), where 3.6e4 tolerances alone would say
+     * a logic error. */
+    parse("{\"status\":\"incorrect\",\"compiled\":true,\"error\":\"eval mode, trial 0: output differs\","
+          "\"mismatch\":{\"output\":0,\"first_index\":[0,0],\"candidate\":255.5,\"reference\":261.8125,"
+          "\"fp64\":261.8257751464844,\"n_bad\":16,\"numel\":16,\"max_abs_diff\":20.84375,\"max_rel_diff\":4.71,"
+          "\"atol\":0.0001,\"rtol\":0.0001,\"max_ratio\":36332.7,\"budget_ratio\":153.54,\"k\":8,"
+          "\"pattern\":\"all elements wrong\",\"mode\":\"eval\",\"trial\":0}}", &r);
+    m = NULL;
+    kg_hint_mismatch(&r, &m);
+    const char *want_b64 = "Mismatch (eval mode, trial 0): 16 of 16 elements (100%) are outside the tolerance and the "
+                           "fp64 error budget; the first at index [0, 0]: 255.5 yours, reference 261.812, exact (fp64) "
+                           "261.826; pattern: all elements wrong. Largest error 20.8 against atol 0.0001, rtol 0.0001 "
+                           "(3.63e+04x the tolerance; 154x the fp64 error budget, 8 times the reference's own error "
+                           "plus the tolerance: a precision problem, keep fp32 inputs and accumulate in fp32).\n";
+    CHECK(m && !strcmp(m, want_b64), "fp64 mismatch text:\n%s\nexpected:\n%s", m ? m : "(none)", want_b64);
+    f = kg_feedback_build(&fc, &r);
+    CHECK(strstr(f, want_b64) && strstr(f, kg_hint_text(KG_HINT_MISMATCH)), "feedback lacks the fp64 mismatch:\n%s", f);
+    free(f);
+    free(m);
+    kg_result_free(&r);
+    /* A logic error against fp64: 2e4 budgets; a NaN value is printed as text. */
+    parse("{\"status\":\"incorrect\",\"mismatch\":{\"first_index\":[7],\"candidate\":\"nan\",\"reference\":1.5,"
+          "\"fp64\":1.5,\"max_abs_diff\":3,\"budget_ratio\":2e4}}", &r);
+    m = NULL;
+    kg_hint_mismatch(&r, &m);
+    CHECK(m && !strcmp(m, "Mismatch:; the first at index [7]: nan yours, reference 1.5, exact (fp64) 1.5. Largest "
+                          "error 3 (2e+04x the fp64 error budget: a logic error).\n"), "logic error: %s", m ? m : "(none)");
+    free(m);
+    kg_result_free(&r);
+
+    /* A pass by the fp64 budget says so, with the ratio; one by the
+     * tolerance says nothing more; the C result carries both fields. */
+    parse("{\"status\":\"ok\",\"compiled\":true,\"correct\":true,\"max_abs_diff\":0.05,"
+          "\"correct_rule\":\"fp64_budget\",\"error_ratio\":0.23}", &r);
+    CHECK(r.correct_rule == KG_RULE_FP64_BUDGET && r.error_ratio == 0.23, "parsed rule %s ratio %g",
+          kg_correct_rule_name(r.correct_rule), r.error_ratio);
+    f = kg_feedback_build(&fc, &r);
+    CHECK(strstr(f, "Correct: yes (max abs diff 0.05).\nAccepted by the fp64 error budget: outside atol/rtol of the "
+                    "fp32 reference, but as close to an fp64 evaluation as the reference is (error ratio 0.23 of 1).")
+              != NULL, "fp64 acceptance line:\n%s", f);
+    free(f);
+    kg_result_free(&r);
+    parse("{\"status\":\"ok\",\"compiled\":true,\"correct\":true,\"correct_rule\":\"tolerance\",\"error_ratio\":0.1}",
+          &r);
+    f = kg_feedback_build(&fc, &r);
+    CHECK(r.correct_rule == KG_RULE_TOLERANCE && !strstr(f, "fp64"), "tolerance pass:\n%s", f);
+    free(f);
+    kg_result_free(&r);
+    parse("{\"status\":\"ok\",\"correct_rule\":\"sideways\"}", &r);
+    CHECK(r.correct_rule == KG_RULE_NONE && isnan(r.error_ratio), "unknown rule read as none");
     kg_result_free(&r);
 
     /* Without the new fields nothing is added (the harness of today). */

@@ -2,7 +2,9 @@
 warm server (python -m env.harness.server) is driven through its stdin / fd 3
 protocol over the test corpus in tests/kernelgym.
 
-  honest candidates  -> ok, correct, no hack, max diff within tolerance
+  honest candidates  -> ok, correct, no hack, max diff within tolerance or,
+                        where the task is ill-conditioned, within the fp64
+                        error budget (correct_rule fp64_budget, ratio <= 1)
   hacks              -> status hack with the expected reason
   faults             -> the expected status, and the next honest job is fine
   bad input          -> a clear status and message, and the server goes on
@@ -93,13 +95,19 @@ def test_honest(server):
                    f"{name}: {res['status']} {res['hack']['reasons']} {res['error'][:300]}")
         if ok:
             tol = res["tolerance"]["atol"]
-            check(res["max_abs_diff"] <= tol * 10, f"{name}: max abs diff {res['max_abs_diff']}")
+            if res["correct_rule"] == "fp64_budget":
+                check(res["error_ratio"] is not None and res["error_ratio"] <= 1,
+                      f"{name}: accepted by the fp64 budget with error ratio {res['error_ratio']}")
+            else:
+                check(res["correct_rule"] == "tolerance" and res["max_abs_diff"] <= tol * 10,
+                      f"{name}: rule {res['correct_rule']}, max abs diff {res['max_abs_diff']}")
             check(res["launches"]["eval"] > 0 and res["launches"]["train"] > 0, f"{name}: launches {res['launches']}")
             check(res["timing_available"] is False and res["runtime_ms"] is None and res["profile"] is None,
                   f"{name}: CPU results must say timing is unavailable")
-            diffs.append((name, res["max_abs_diff"], time.monotonic() - t0))
-    for name, d, t in diffs:
-        print(f"  honest {name:55s} max_abs_diff {d:.2e}  {t:.2f} s")
+            diffs.append((name, res["max_abs_diff"], res["correct_rule"], res["error_ratio"], time.monotonic() - t0))
+    for name, d, rule, ratio, t in diffs:
+        ratio = float("nan") if ratio is None else ratio
+        print(f"  honest {name:55s} max_abs_diff {d:.2e}  {rule:11s} fp64 error ratio {ratio:.3g}  {t:.2f} s")
     return len(diffs)
 
 

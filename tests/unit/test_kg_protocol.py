@@ -75,6 +75,11 @@ check(len(set(c_st)) == len(c_st) and len(set(py_st)) == len(py_st), f"repeated 
 check(set(c_st) == set(py_st),
       f"statuses only in C: {sorted(set(c_st) - set(py_st))}; only in protocol.py: {sorted(set(py_st) - set(c_st))}")
 
+# The result's correct_rule: the same names on both sides.
+c_rules, py_rules = c["correct_rules"], list(protocol.CORRECT_RULES)
+check(sorted(c_rules) == sorted(py_rules), f"correct_rule values: C {c_rules}, protocol.py {py_rules}")
+check(protocol.new_result("x")["correct_rule"] in py_rules, "the result skeleton's correct_rule is not a rule name")
+
 print(f"{len(c_opts)} options, {len(c_ranges)} ranges, {len(c_st)} statuses: C and protocol.py "
       + ("agree" if not failures else f"disagree ({len(failures)})"))
 sys.exit(1 if failures else 0)

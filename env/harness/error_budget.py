@@ -1,0 +1,385 @@
+"""Correctness judged against an fp64 evaluation of the reference.
+
+A fixed atol/rtol against the reference in its own dtype rejects honest
+kernels on ill-conditioned outputs: a sum of 8192 alternating-sign terms
+near 100 carries an fp32 error of about 0.3 in PyTorch's own matmul, far
+outside atol = rtol = 1e-4, and a kernel that sums in another order lands
+elsewhere inside that same error. So the judge also evaluates the reference
+in float64 (a copy of the model and of its floating inputs cast) and asks
+whether the candidate is about as close to that as the reference is.
+
+The rule, per output element i, with e_ref = |ref - ref64| (the reference's
+own error), e_c = |cand - ref64| and s = max(e_ref_i, E) where E is the RMS
+of e_ref over the whole output tensor:
+
+    (a) |cand_i - ref_i| <= atol + rtol |ref_i|               (the task's rule)
+    (b) e_c_i <= K s + atol + rtol |ref64_i|                  (the fp64 budget)
+
+An output passes when every element meets (a) or (b); `correct_rule` says
+"tolerance" when (a) held everywhere, "fp64_budget" when some element needed
+(b), "none" when some element met neither. The error ratio is the largest
+e_c_i / (K s + atol + rtol |ref64_i|): at most 1 means within budget.
+
+Why the RMS floor E. The reference's error at one element is a random
+quantity that is near 0 by luck at some elements (the fp32 rounding landed
+on the exact value); a kernel with the same accuracy but another summation
+order has its error elsewhere, so a budget of K e_ref_i alone rejects it at
+those elements. E is the size of the reference's error on this output, so
+the budget never falls below K times that typical size; atol/rtol remain the
+floor where the reference has no error at all (copies, exact sums).
+
+Why K = 8 (not 4). Rounding errors of long sums are close to Gaussian; the
+largest of N such errors is about sqrt(2 ln N) times their RMS: 5.3 at 1e6
+elements, 6.1 at 1e8. A kernel exactly as accurate as PyTorch therefore has
+its worst element near 5-6 E, and K = 4 would reject it on large outputs;
+K = 8 accepts it with room for a kernel somewhat less accurate
+(tests/unit/test_kg_error_budget.py: ratio 0.55 at K = 8, 1.09 at K = 4, on
+1e6 elements). Computing in bf16 or fp16 where the reference computes in
+fp32 multiplies the unit roundoff by 2^16 or 2^13; where the fp32
+reference's error comes from accumulation and the low-precision kernel's
+from rounding its inputs, the gap shrinks, but stays far above K: on a GEMM
+summing 1024 products, bf16 inputs give an error ratio of 1500 and fp16 190;
+on the cancellation task (tests/kernelgym/tasks/cancel_sum.py, torch.sum as
+the reference) bf16 110 to 340 and fp16 about 20. The margin is thinnest
+when the reference is itself a poor summation (there, PyTorch's CPU matmul
+as the reference of the same sums: bf16 18, fp16 1.1), so fp16 inputs can
+pass on a task whose fp32 reference is that inaccurate; bf16 cannot.
+
+The train/eval check uses the same scale: a candidate's train() and eval()
+outputs on the same inputs may differ by at most 2 K s + 1e-5 (1 + |ref64|)
+(two runs each within budget differ by at most twice the budget; 1e-5 is the
+recipe's bar), unless the reference's own outputs differ by that much.
+
+Everything here works on torch tensors of any device; the rule's arithmetic
+is plain elementwise torch so tests check it on hand-written lists.
+"""
+
+import copy
+import math
+
+import torch
+
+from env.harness import compare
+
+K = 8.0  # the default; a job's option budget_k (env/harness/protocol.py) sets it
+TRAIN_EVAL_TOL = 1e-5
+# The fp64 copy runs on the GPU when this many times its parameter, input
+# and output bytes (activations and the allocator's slack) fit in half the
+# free GPU memory; else on the CPU.
+FP64_FOOTPRINT = 4
+
+
+# ---- the fp64 reference ------------------------------------------------------
+
+class Unavailable(Exception):
+    """The reference cannot run in fp64; the task's tolerance rule alone decides."""
+
+
+def _tensor_bytes(xs):
+    return sum(t.numel() * t.element_size() for t in compare.leaves(xs) if isinstance(t, torch.Tensor))
+
+
+def _move(x, device, to64=False):
+    """x (a tensor or nested tuple/list) on device; floating tensors cast to
+    float64 when to64, integer ones never."""
+    if isinstance(x, torch.Tensor):
+        x = x.to(device)
+        return x.to(torch.float64) if to64 and x.is_floating_point() else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_move(e, device, to64) for e in x)
+    return x
+
+
+def fp64_device(model, inputs, out_bytes, device):
+    """Where the fp64 copy runs: the judge's GPU when its estimated footprint
+    fits in half the free memory, else the CPU."""
+    if device.type != "cuda":
+        return device
+    params = sum(p.numel() for p in list(model.parameters()) + list(model.buffers()))
+    need = FP64_FOOTPRINT * (8 * params + 2 * _tensor_bytes(inputs) + 2 * out_bytes)
+    free, _ = torch.cuda.mem_get_info(device)
+    return device if need < free // 2 else torch.device("cpu")
+
+
+def snapshot(model):
+    """A deep copy of the model as it is now, or the text of why it cannot
+    be copied (the fp64 rule is then unavailable)."""
+    try:
+        return copy.deepcopy(model)
+    except Exception as e:
+        return f"the reference model cannot be copied: {type(e).__name__}: {str(e)[:300]}"
+
+
+def fp64_model(model, device):
+    """A deep copy of the reference model with its floating parameters and
+    buffers in float64, on device."""
+    m = copy.deepcopy(model)
+    return m.to(device=device, dtype=torch.float64)
+
+
+def fp64_forward(model64, inputs, seed, device, out_device):
+    """One eval() forward of the fp64 copy on device, floating inputs cast,
+    the others as they are; the output moved to out_device. Raises
+    Unavailable when a floating output leaf is not float64 (the model casts
+    inside)."""
+    model64.train(False)
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        out = model64(*[_move(x, device, to64=True) for x in inputs])
+    for leaf in compare.leaves(out):
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.dtype != torch.float64:
+            raise Unavailable(f"the reference returns {leaf.dtype} when run in float64 (it casts inside)")
+    return _move(out, out_device)
+
+
+# ---- the rule ----------------------------------------------------------------
+
+def leaf_scale(ref, ref64):
+    """s = max(e_ref, E) elementwise, in float64 on ref's device, and E."""
+    r = ref.detach().to(torch.float64)
+    r64 = ref64.detach().to(device=r.device, dtype=torch.float64)
+    e_ref = (r - r64).abs()
+    finite = torch.isfinite(e_ref)
+    e_fin = torch.where(finite, e_ref, torch.zeros_like(e_ref))
+    n = int(finite.sum())
+    rms = math.sqrt(float((e_fin * e_fin).sum()) / n) if n else 0.0
+    return torch.clamp(e_fin, min=rms), rms, r64
+
+
+def judge_leaf(ref, out, ref64, atol, rtol, k=K):
+    """The rule on one floating tensor leaf of equal shape. Returns a dict:
+    ok, rule ("tolerance" | "fp64_budget" | "none"), ratio (None without
+    ref64), bad (bool tensor of elements meeting neither rule), tol_ratio
+    (largest |cand - ref| / (atol + rtol |ref|)), max_rel (largest
+    |cand - ref| / |ref|), scale_rms (E)."""
+    r = ref.detach().to(torch.float64)
+    o = out.detach().to(device=r.device, dtype=torch.float64)
+    same = (o == r) | (torch.isnan(o) & torch.isnan(r))
+    diff = (o - r).abs()
+    tol = atol + rtol * r.abs()
+    tol_ok = same | (diff <= tol)
+    finite_diff = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
+    tol_ratio = float((finite_diff / tol.clamp(min=1e-300)).max()) if r.numel() else 0.0
+    if bool((~torch.isfinite(diff) & ~same).any()):
+        tol_ratio = math.inf
+    max_rel = float((finite_diff / r.abs().clamp(min=1e-30)).max()) if r.numel() else 0.0
+    res = {"ratio": None, "tol_ratio": tol_ratio, "max_rel": max_rel, "scale_rms": None}
+    if ref64 is None:
+        bad = ~tol_ok
+    else:
+        s, rms, r64 = leaf_scale(r, ref64)
+        allow = k * s + atol + rtol * r64.abs()
+        e_c = (o - r64).abs()
+        both_finite = torch.isfinite(r) & torch.isfinite(r64)
+        bud_ok = both_finite & (e_c <= allow)  # a NaN error compares false
+        bad = ~(tol_ok | bud_ok)
+        ratio = torch.where(both_finite, e_c / allow, torch.where(same, torch.zeros_like(e_c),
+                                                                   torch.full_like(e_c, math.inf)))
+        ratio = torch.nan_to_num(ratio, nan=math.inf)
+        res["ratio"] = float(ratio.max()) if r.numel() else 0.0
+        res["scale_rms"] = rms
+    res["bad"] = bad
+    if bool(bad.any()):
+        res["ok"], res["rule"] = False, "none"
+    elif bool(tol_ok.all()):
+        res["ok"], res["rule"] = True, "tolerance"
+    else:
+        res["ok"], res["rule"] = True, "fp64_budget"
+    return res
+
+
+RULE_ORDER = {"tolerance": 0, "fp64_budget": 1, "none": 2}
+
+
+def judge(ref, out, ref64, atol, rtol, k=K):
+    """The rule over a whole output (tensor or nested tuple/list). Returns a
+    dict: ok, rule, ratio (max over leaves, None without ref64), max_abs_diff
+    (against ref), message (why not ok), and for a value mismatch: leaf (its
+    index), bad, tol_ratio, max_rel, leaf_ratio. Structure, dtype and shape
+    are compare.structure_problem's; Python numbers get the tolerance alone."""
+    verdict = {"ok": False, "rule": "none", "ratio": None, "max_abs_diff": None, "message": "", "leaf": None}
+    problem = compare.structure_problem(ref, out)
+    if problem:
+        verdict["message"] = problem
+        return verdict
+    refs, outs = list(compare.leaves(ref)), list(compare.leaves(out))
+    r64s = list(compare.leaves(ref64)) if ref64 is not None else []
+    if len(r64s) != len(refs):
+        r64s = [None] * len(refs)
+    rule, ratio, worst = "tolerance", None, 0.0
+    for i, (r, o, r64) in enumerate(zip(refs, outs, r64s)):
+        where = f"output {i}" if len(refs) > 1 else "output"
+        if not isinstance(r, torch.Tensor):
+            ok, d, message = compare.compare(r, o, atol, rtol)
+            worst = max(worst, d) if d is not None else worst
+            if not ok:
+                rule = "none"
+                verdict["message"] = verdict["message"] or message.replace("output", where, 1)
+            continue
+        if r.numel() == 0:
+            continue
+        if not r.is_floating_point() or (r64 is not None and tuple(r64.shape) != tuple(r.shape)):
+            r64 = None
+        leaf = judge_leaf(r, o, r64, atol, rtol, k)
+        od, rd = o.detach().to(torch.float64), r.detach().to(torch.float64)
+        # Equal values (equal infinities, NaN where the reference has NaN) differ by 0.
+        diff = torch.where((od == rd) | (torch.isnan(od) & torch.isnan(rd)), torch.zeros_like(rd), (od - rd).abs())
+        worst = max(worst, float(torch.nan_to_num(diff, nan=math.inf).max()))
+        if leaf["ratio"] is not None:
+            ratio = leaf["ratio"] if ratio is None else max(ratio, leaf["ratio"])
+        if RULE_ORDER[leaf["rule"]] > RULE_ORDER[rule]:
+            rule = leaf["rule"]
+        if not leaf["ok"] and verdict["leaf"] is None:
+            n_bad = int(leaf["bad"].sum())
+            n_nan = int((torch.isnan(o) & ~torch.isnan(r)).sum()) if o.is_floating_point() else 0
+            if n_nan:
+                text = f"{where} holds NaN where the reference does not ({n_nan} of {r.numel()} elements)"
+            else:
+                text = (f"{where} differs from the reference: max abs diff {float(diff.max()):.3g}, "
+                        f"{n_bad} of {r.numel()} elements outside atol={atol:g} rtol={rtol:g}")
+                if leaf["ratio"] is not None:
+                    text += f" and outside the fp64 error budget (error ratio {leaf['ratio']:.3g}, K={k:g})"
+            verdict.update(leaf=i, bad=leaf["bad"], tol_ratio=leaf["tol_ratio"], max_rel=leaf["max_rel"],
+                           leaf_ratio=leaf["ratio"])
+            verdict["message"] = verdict["message"] or text
+    verdict.update(ok=rule != "none", rule=rule, ratio=ratio, max_abs_diff=worst)
+    return verdict
+
+
+# ---- what a mismatch looks like -------------------------------------------------
+
+def pattern(bad, shape):
+    """A guess at the shape of the wrong elements, for the feedback: every
+    element, a contiguous tail or block (flat order), the same trailing
+    columns of every row, a fixed stride, or scattered."""
+    flat = bad.reshape(-1)
+    numel = flat.numel()
+    idx = torch.nonzero(flat).reshape(-1).cpu()
+    n = idx.numel()
+    if n == 0:
+        return "none"
+    if n == numel:
+        return "all elements wrong"
+    first, last = int(idx[0]), int(idx[-1])
+    if last - first + 1 == n:
+        if last == numel - 1:
+            return f"a contiguous tail: every element from flat index {first} on"
+        return f"a contiguous block: flat indices {first} to {last}"
+    if len(shape) >= 2 and shape[-1] > 1:
+        cols = shape[-1]
+        grid = bad.reshape(-1, cols).cpu()
+        rows_bad = grid.any(dim=1)
+        col_set = grid[rows_bad]
+        if bool((col_set == col_set[0]).all()):
+            c = torch.nonzero(col_set[0]).reshape(-1)
+            c0, c1 = int(c[0]), int(c[-1])
+            if c1 - c0 + 1 == c.numel():
+                which = "every row" if bool(rows_bad.all()) else f"{int(rows_bad.sum())} rows"
+                tail = " (the last partial block?)" if c1 == cols - 1 else ""
+                return f"columns {c0} to {c1} of {which}{tail}"
+    if n >= 3:
+        steps = idx[1:] - idx[:-1]
+        if bool((steps == steps[0]).all()):
+            return f"strided: every {int(steps[0])}th element from flat index {first}"
+    return "scattered"
+
+
+def _unravel(flat_index, shape):
+    out = []
+    for d in reversed(shape):
+        out.append(flat_index % d if d else 0)
+        flat_index = flat_index // d if d else 0
+    return list(reversed(out))
+
+
+def _num(x):
+    x = float(x)
+    return x if math.isfinite(x) else str(x)
+
+
+def finite_or_none(x):
+    """x for the result JSON, which holds no NaN or infinity: None there."""
+    return x if x is None or math.isfinite(x) else None
+
+
+def mismatch_report(ref, out, ref64, verdict, atol, rtol, k=K, where=None):
+    """The result's `mismatch` object for a verdict that failed on values:
+    where the first bad element is (multi-dim index) and its three values,
+    how many are bad, the largest errors, the ratios and the pattern. None
+    when the failure was not about values."""
+    i = verdict.get("leaf")
+    if i is None:
+        return None
+    r = list(compare.leaves(ref))[i]
+    o = list(compare.leaves(out))[i]
+    r64 = list(compare.leaves(ref64))[i] if ref64 is not None else None
+    bad = verdict["bad"]
+    flat = torch.nonzero(bad.reshape(-1)).reshape(-1)
+    first = int(flat[0])
+    shape = tuple(r.shape)
+    rf = r.detach().reshape(-1).to(torch.float64)
+    of = o.detach().reshape(-1).to(device=rf.device, dtype=torch.float64)
+    diff = torch.nan_to_num((of - rf).abs(), nan=math.inf)
+    m = {
+        "output": i,
+        "first_index": _unravel(first, shape),
+        "candidate": _num(of[first]),
+        "reference": _num(rf[first]),
+        "fp64": _num(r64.reshape(-1)[first]) if r64 is not None and tuple(r64.shape) == shape else None,
+        "n_bad": int(flat.numel()),
+        "numel": int(r.numel()),
+        "max_abs_diff": _num(diff.max()),
+        "max_rel_diff": _num(verdict.get("max_rel", math.nan)),
+        "atol": atol,
+        "rtol": rtol,
+        "max_ratio": _num(verdict.get("tol_ratio", math.nan)),
+        "budget_ratio": _num(verdict["leaf_ratio"]) if verdict.get("leaf_ratio") is not None else None,
+        "k": k,
+        "pattern": pattern(bad, shape),
+    }
+    if where:
+        m.update(where)
+    return m
+
+
+# ---- train() against eval() -------------------------------------------------------
+
+def train_eval_divergence(out_eval, out_train, ref_eval, ref_train, ref64, atol, rtol, k=K):
+    """A description of how the candidate's train() and eval() outputs on the
+    same inputs differ beyond the allowance, when the reference's do not;
+    None otherwise. The allowance is 2 K s + 1e-5 (1 + |ref64|) with the
+    budget's scale s; without an fp64 reference, the task's atol/rtol."""
+    le, lt = list(compare.leaves(out_eval)), list(compare.leaves(out_train))
+    re_, rt = list(compare.leaves(ref_eval)), list(compare.leaves(ref_train))
+    r64s = list(compare.leaves(ref64)) if ref64 is not None else [None] * len(re_)
+    if not (len(le) == len(lt) == len(re_) == len(rt)) or len(r64s) != len(re_):
+        return None
+    for i, (oe, ot, r_e, r_t, r64) in enumerate(zip(le, lt, re_, rt, r64s)):
+        if not isinstance(r_e, torch.Tensor):
+            if oe != ot and r_e == r_t:
+                return f"output {i} is {oe!r} in eval() mode and {ot!r} in train() mode"
+            continue
+        if not (isinstance(oe, torch.Tensor) and isinstance(ot, torch.Tensor) and isinstance(r_t, torch.Tensor)):
+            continue
+        if oe.shape != r_e.shape or ot.shape != r_e.shape or r_t.shape != r_e.shape or r_e.numel() == 0:
+            continue
+        if r_e.is_floating_point() and r64 is not None and tuple(r64.shape) == tuple(r_e.shape):
+            s, _, r64d = leaf_scale(r_e, r64)
+            allow = 2 * k * s + TRAIN_EVAL_TOL * (1 + r64d.abs())
+        else:
+            allow = atol + rtol * r_e.detach().to(torch.float64).abs()
+        ref_d = (r_t.detach().to(torch.float64) - r_e.detach().to(torch.float64)).abs()
+        if bool((torch.nan_to_num(ref_d, nan=math.inf) > allow).any()):
+            continue  # the reference itself depends on the mode
+        d = (ot.detach().to(torch.float64) - oe.detach().to(device=ot.device, dtype=torch.float64)).abs()
+        same = (ot == oe) | (torch.isnan(ot) & torch.isnan(oe)) if ot.is_floating_point() else (ot == oe)
+        over = ~same.to(allow.device) & ~(d.to(allow.device) <= allow)
+        if bool(over.any()):
+            n = int(over.sum())
+            first = int(torch.nonzero(over.reshape(-1))[0])
+            dmax = float(torch.nan_to_num(d, nan=math.inf).max())
+            where = f"output {i} " if len(le) > 1 else ""
+            return (f"{where}differs between train() and eval() mode on the same inputs in {n} of "
+                    f"{r_e.numel()} elements (first at index {_unravel(first, tuple(r_e.shape))}, "
+                    f"largest difference {dmax:.3g}) where the reference's does not")
+    return None
