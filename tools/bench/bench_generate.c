@@ -55,13 +55,9 @@
 #include "model/generate.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "tools/bench/bench_shapes.h"
 #include "tools/bench/bench_weights.h"
 
-static const model_config qwen3_1_7b = {
-    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 28,
-    .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
-    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
-};
 
 #define HF_ANCHOR_TPS 723.0
 

@@ -42,23 +42,8 @@
 #include "kernels/ops.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "tools/bench/bench_shapes.h"
 #include "tools/bench/bench_weights.h"
-
-static const model_config qwen3_1_7b = {
-    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 28,
-    .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
-    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
-};
-static const model_config qwen3_8b = {
-    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 4096, .intermediate_size = 12288, .n_layers = 36,
-    .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
-    .rms_eps = 1e-6f, .tie_embeddings = 0, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
-};
-static const model_config qwen3_14b = {
-    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 5120, .intermediate_size = 17408, .n_layers = 40,
-    .n_heads = 40, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
-    .rms_eps = 1e-6f, .tie_embeddings = 0, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
-};
 
 static void must(dk_status s, const char *what) { bench_must("bench_generate_recipe", s, what); }
 
