@@ -4,7 +4,8 @@
  *
  * 1. the RL shape: 16 tasks x 16 samples, one 2k-token prompt per task, 1k
  *    new tokens each (temperature 1, no stop), all 256 decoded together; run
- *    with prefix sharing and without, and the ratio printed;
+ *    with prefix sharing and without, and the ratio printed (the 1.7B shape
+ *    unless --rl-model says 8b or 14b; give those a smaller --rl-gb);
  * 2. the same conversations with a second turn appended (512 tokens of
  *    feedback per sample, 1k new tokens);
  * 3. one sequence decoding at 32k context (a 32,256-token prompt, 256 new);
@@ -28,8 +29,8 @@
  * turn without sharing does not, and preempts), 8 GB for 32k context, 24 GB
  * for 8B and 14B at batch 64 (163k and 147k tokens against 49k needed).
  *
- * Usage: bench_generate_recipe [--bw BYTES_PER_S] [--hf-tps X] [--hf-static-tps X] [--rl-gb GB] [--quick]
- *        [--only rl|long|big] [--no-graphs]
+ * Usage: bench_generate_recipe [--bw BYTES_PER_S] [--hf-tps X] [--hf-static-tps X] [--rl-gb GB]
+ *        [--rl-model 1.7b|8b|14b] [--quick] [--only rl|long|big] [--no-graphs]
  * (--quick: a quarter of the RL shape's tasks and a 8k context instead of 32k, for a smoke run) */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -285,23 +286,32 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     double bw = 0.0, hf = 0.0, hf_static = 0.0, rl_gb = 96.0;
     int quick = 0, graphs = 1;
-    const char *only = NULL;
+    const char *only = NULL, *rl_model = "1.7b";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf = atof(argv[++i]);
         else if (!strcmp(argv[i], "--hf-static-tps") && i + 1 < argc) hf_static = atof(argv[++i]);
         else if (!strcmp(argv[i], "--rl-gb") && i + 1 < argc) rl_gb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--rl-model") && i + 1 < argc) rl_model = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
         else {
             fprintf(stderr, "usage: bench_generate_recipe [--bw BYTES_PER_S] [--hf-tps X] [--hf-static-tps X] "
-                            "[--rl-gb GB] [--quick] [--only rl|long|big] [--no-graphs]\n");
+                            "[--rl-gb GB] [--rl-model 1.7b|8b|14b] [--quick] [--only rl|long|big] [--no-graphs]\n");
             return 2;
         }
     }
     if (only && strcmp(only, "rl") && strcmp(only, "long") && strcmp(only, "big")) {
         fprintf(stderr, "bench_generate_recipe: --only %s: expected rl, long or big\n", only);
+        return 2;
+    }
+    const model_config *rl_cfg = !strcmp(rl_model, "1.7b") ? &qwen3_1_7b
+                                 : !strcmp(rl_model, "8b") ? &qwen3_8b
+                                 : !strcmp(rl_model, "14b") ? &qwen3_14b
+                                                            : NULL;
+    if (!rl_cfg) {
+        fprintf(stderr, "bench_generate_recipe: --rl-model %s: expected 1.7b, 8b or 14b\n", rl_model);
         return 2;
     }
     if (!(rl_gb > 0.0) || bw < 0.0 || hf < 0.0 || hf_static < 0.0) {
@@ -324,12 +334,18 @@ int main(int argc, char **argv) {
 
     if (!only || strcmp(only, "big")) {
         bench_model bm;
-        bench_model_open(&bm, &qwen3_1_7b, &ctx);
-        printf("model: Qwen3-1.7B shape, %.2f GB of bf16 weights\n", bm.weight_bytes / 1e9);
-        if (!only || !strcmp(only, "rl"))
+        if (!only || !strcmp(only, "rl")) {
+            bench_model_open(&bm, rl_cfg, &ctx);
+            printf("model: Qwen3-%s shape, %.2f GB of bf16 weights\n", rl_model, bm.weight_bytes / 1e9);
             bench_rl(&bm, quick ? 4 : 16, (size_t)(rl_gb * 1e9), graphs, bw, hf, hf_static);
-        if (!only || !strcmp(only, "long")) bench_long(&bm, quick ? 8192 : 32768, graphs, bw);
-        bench_model_close(&bm);
+            bench_model_close(&bm);
+        }
+        if (!only || !strcmp(only, "long")) {
+            bench_model_open(&bm, &qwen3_1_7b, &ctx);
+            printf("model: Qwen3-1.7B shape, %.2f GB of bf16 weights\n", bm.weight_bytes / 1e9);
+            bench_long(&bm, quick ? 8192 : 32768, graphs, bw);
+            bench_model_close(&bm);
+        }
     }
     if (!only || !strcmp(only, "big")) {
         static const model_config *const big[2] = {&qwen3_8b, &qwen3_14b};
