@@ -11,8 +11,8 @@
  *    agreement is printed (bf16 K/V written by another step's shapes may
  *    move a draw).
  * 2. Memory pressure with sharing: 24 conversations (6 tasks x 4 samples)
- *    through a cache that holds 3 at full length all finish, greedy tokens
- *    identical to an ample cache.
+ *    through a cache that holds 3 at full length (prompts up to 200, 200 new
+ *    tokens) all finish, greedy tokens identical to an ample cache.
  * 3. A 3-turn conversation reaching ~32k tokens (prompt, turn, feedback,
  *    turn, feedback, turn, then a last message): the engine's next-token
  *    logits after it against one prefill of the whole history in a fresh
@@ -127,7 +127,7 @@ static void test_sharing(void) {
     {
         enum { T2 = 6, S2 = 4, N2 = T2 * S2 };
         const int l2[T2] = {20, 90, 150, 7, 64, 200};
-        gen_params p = {.temperature = 0.0f, .top_p = 1.0f, .max_new_tokens = 300};
+        gen_params p = {.temperature = 0.0f, .top_p = 1.0f, .max_new_tokens = 200};
         int32_t *tight[N2], *roomy[N2];
         int nt[N2], nr[N2], fin_t, fin_r;
         /* 96 pages of 16: three conversations at full length (512). */
