@@ -12,7 +12,13 @@
  * the ones the running step samples, still on the device), so that host
  * work and the launch overlap the GPU's instead of separating steps; a
  * sequence that ends on the running step has its row of the step ahead
- * dropped. */
+ * dropped.
+ *
+ * Prefix sharing keeps one invariant: a page held by more than one sequence
+ * is full and is never written again. Sequences take only whole pages that
+ * lie before their last token; the one case that would rewrite a cached
+ * position (a run that must recompute a conversation's last token for its
+ * logits) first gives up a shared page and recomputes it into its own. */
 #include "model/generate.h"
 
 #include <math.h>
@@ -23,6 +29,7 @@
 #include "model/gen_forward.h"
 #include "model/gen_graph.h"
 #include "model/kv_cache.h"
+#include "model/kv_prefix.h"
 
 /* One sequence's share of a step. */
 typedef struct {
@@ -52,6 +59,7 @@ struct gen_engine {
     ops_ctx *ctx;
     gen_config cfg;
     kv_cache kv;
+    kv_prefix prefix;    /* full pages by content (cfg.prefix_sharing) */
     gen_forward fwd;
     gen_graphs graphs;   /* decode-step graphs (cfg.cuda_graphs) */
     int max_pages_seq;   /* block-table width for a max_context sequence */
@@ -91,6 +99,7 @@ void gen_config_defaults(gen_config *gc) {
     if (gc->max_step_tokens <= 0) gc->max_step_tokens = 2048;
     if (gc->max_context <= 0) gc->max_context = 4096;
     if (!(gc->cache_fraction > 0.0)) gc->cache_fraction = 0.9;
+    if (gc->prefix_sharing == 0) gc->prefix_sharing = 1;
 }
 
 static int pages_for(int tokens, int page_size) { return (tokens + page_size - 1) / page_size; }
@@ -138,6 +147,9 @@ dk_status gen_create(gen_engine **out, model *m, const gen_config *gc_in) {
     if (gc.max_context > mc->max_position)
         return dk_fail(DK_ERR_USAGE, "generation: max_context = %d exceeds the model's max_position = %d",
                        gc.max_context, mc->max_position);
+    if (gc.prefix_sharing != 1 && gc.prefix_sharing != -1)
+        return dk_fail(DK_ERR_USAGE, "generation: prefix_sharing = %d must be 1 (on), -1 (off) or 0 (the default)",
+                       gc.prefix_sharing);
     if (gc.cache_fraction > 1.0)
         return dk_fail(DK_ERR_USAGE, "generation: cache_fraction = %g must be in (0, 1]", gc.cache_fraction);
     const size_t page_bytes = gen_page_bytes(mc, ctx, gc.page_size);
@@ -174,6 +186,7 @@ dk_status gen_create(gen_engine **out, model *m, const gen_config *gc_in) {
         free(e);
         return s;
     }
+    kv_prefix_init(&e->prefix, gc.n_pages, gc.page_size);
     gen_forward_init(&e->fwd, m, &e->kv, gc.max_step_tokens, gc.max_batch);
     e->queue = dk_calloc((size_t)gc.max_batch + 1, sizeof(gen_seq *));
     e->live = dk_calloc((size_t)gc.max_batch, sizeof(gen_seq *));
@@ -197,6 +210,7 @@ void gen_free(gen_engine *e) {
     gen_graphs_free(&e->graphs, e->ctx);
     gen_forward_free(&e->fwd);
     kv_cache_free(&e->kv);
+    kv_prefix_free(&e->prefix);
     for (int b = 0; b < 2; b++) {
         step_buf *sb = &e->buf[b];
         ops_free(e->ctx, sb->meta_dev);
@@ -253,11 +267,19 @@ dk_status gen_seq_append(gen_engine *e, gen_seq *s, const int32_t *tokens, int n
     return DK_OK;
 }
 
-static void seq_release_pages(gen_engine *e, gen_seq *s) {
-    if (s->n_pages) kv_cache_give(&e->kv, s->pages, s->n_pages);
-    s->n_pages = 0;
-    s->n_cached = 0;
+/* Drops s's hold on its pages from index `from` on; a page nobody else
+ * holds leaves the prefix table and returns to the pool. */
+static void seq_give_pages(gen_engine *e, gen_seq *s, int from) {
+    for (int i = from; i < s->n_pages; i++)
+        if (e->kv.refs[s->pages[i]] == 1) kv_prefix_remove(&e->prefix, s->pages[i]);
+    if (s->n_pages > from) kv_cache_give(&e->kv, s->pages + from, s->n_pages - from);
+    s->n_pages = from;
+    if (s->n_cached > from * e->cfg.page_size) s->n_cached = from * e->cfg.page_size;
+    if (s->n_entered > from) s->n_entered = from;
+    if (s->n_ready > from) s->n_ready = from;
 }
+
+static void seq_release_pages(gen_engine *e, gen_seq *s) { seq_give_pages(e, s, 0); }
 
 void gen_seq_drop_cache(gen_engine *e, gen_seq *s) { seq_release_pages(e, s); }
 
@@ -345,8 +367,104 @@ static int grow_pages(gen_engine *e, gen_seq *s, int tokens) {
             return 0;
         }
         s->pages[s->n_pages++] = p;
+        /* A page whose tokens are all known is entered at once, pending:
+         * another sequence with the same tokens then waits for this one's
+         * prefill instead of repeating it. */
+        const int P = e->cfg.page_size, i = s->n_pages - 1;
+        if (e->cfg.prefix_sharing > 0 && (i + 1) * P <= s->n_tokens && i == s->n_entered) {
+            kv_prefix_add(&e->prefix, p, i ? s->pages[i - 1] : -1, s->tokens + (size_t)i * P);
+            s->n_entered++;
+        }
     }
     return 1;
+}
+
+/* After a step: the pages of s that its cache now fills with known tokens
+ * are ready to share (entered now if they were not: pages filled by decode
+ * steps, or by the rest of a prompt appended after a turn). */
+static void enter_full_pages(gen_engine *e, gen_seq *s) {
+    if (e->cfg.prefix_sharing < 0) return;
+    const int P = e->cfg.page_size;
+    int full = (s->n_cached < s->n_tokens ? s->n_cached : s->n_tokens) / P;
+    if (full > s->n_pages) full = s->n_pages;
+    for (int i = s->n_ready; i < full; i++) {
+        const int32_t p = s->pages[i];
+        if (kv_prefix_state(&e->prefix, p) == KV_PREFIX_ABSENT)
+            kv_prefix_add(&e->prefix, p, i ? s->pages[i - 1] : -1, s->tokens + (size_t)i * P);
+        if (kv_prefix_state(&e->prefix, p) == KV_PREFIX_PENDING) kv_prefix_ready(&e->prefix, p);
+    }
+    if (s->n_ready < full) s->n_ready = full;
+    if (s->n_entered < s->n_ready) s->n_entered = s->n_ready;
+}
+
+/* Gives s, page by page, the ready pages of the prefix table that hold its
+ * next whole pages of tokens before its last one (that one is always
+ * processed: its logits are needed). Only a sequence whose cache ends on a
+ * page boundary takes pages. Returns 1 when its next page is being prefilled
+ * by a live sequence: s waits for it rather than prefill it again. */
+static int share_prefix(gen_engine *e, gen_seq *s) {
+    const int P = e->cfg.page_size;
+    if (e->cfg.prefix_sharing < 0 || s->n_cached != s->n_pages * P) return 0;
+    while ((s->n_pages + 1) * P <= s->n_tokens - 1) {
+        const int i = s->n_pages;
+        int ready;
+        const int32_t p = kv_prefix_find(&e->prefix, i ? s->pages[i - 1] : -1, s->tokens + (size_t)i * P, &ready);
+        if (p < 0) return 0;
+        if (!ready) {
+            /* Only a live sequence prefills: with none, s prefills it itself. */
+            if (e->n_live == 0) return 0;
+            e->stats.share_waits++;
+            return 1;
+        }
+        kv_cache_ref(&e->kv, p);
+        s->pages[s->n_pages++] = p;
+        s->n_cached += P;
+        s->n_entered = s->n_ready = s->n_pages;
+        e->stats.shared_tokens += P;
+        e->stats.shared_pages++;
+    }
+    return 0;
+}
+
+/* Makes s process its last token again (its logits are needed): a cached
+ * last token is uncached. Its page is written again, so a page others hold
+ * is given up first and its positions recomputed into a page of s's own;
+ * a page only s holds leaves the table until it is full again. */
+static void seq_redo_last(gen_engine *e, gen_seq *s) {
+    if (s->n_cached < s->n_tokens) return;
+    const int i = (s->n_tokens - 1) / e->cfg.page_size;
+    if (e->kv.refs[s->pages[i]] > 1) {
+        seq_give_pages(e, s, i);
+        return;
+    }
+    kv_prefix_remove(&e->prefix, s->pages[i]);
+    if (s->n_entered > i) s->n_entered = i;
+    if (s->n_ready > i) s->n_ready = i;
+    s->n_cached--;
+}
+
+dk_status gen_check_pages(const gen_engine *e) {
+    const int N = e->kv.n_pages;
+    int32_t *held = dk_calloc((size_t)N, sizeof(int32_t));
+    dk_status st = DK_OK;
+    for (const gen_seq *s = e->head; s; s = s->next)
+        for (int i = 0; i < s->n_pages; i++) held[s->pages[i]]++;
+    int n_held = 0;
+    for (int p = 0; p < N && st == DK_OK; p++) {
+        n_held += held[p] > 0;
+        if (held[p] != e->kv.refs[p])
+            st = dk_fail(DK_ERR_RUNTIME, "kv pages: page %d has %d references but %d holders", p, e->kv.refs[p],
+                         held[p]);
+        else if (!held[p] && kv_prefix_state(&e->prefix, p) != KV_PREFIX_ABSENT)
+            st = dk_fail(DK_ERR_RUNTIME, "kv pages: page %d is free but still in the prefix table", p);
+    }
+    if (st == DK_OK && n_held + e->kv.n_free != N)
+        st = dk_fail(DK_ERR_RUNTIME, "kv pages: %d held and %d free of %d pages", n_held, e->kv.n_free, N);
+    for (int i = 0; i < e->kv.n_free && st == DK_OK; i++)
+        if (held[e->kv.free_list[i]])
+            st = dk_fail(DK_ERR_RUNTIME, "kv pages: page %d is on the free list and held", e->kv.free_list[i]);
+    free(held);
+    return st;
 }
 
 /* ---- steps ----------------------------------------------------------------------- */
@@ -444,6 +562,7 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
     for (int i = 0; i < n; i++) {
         en[i].s->n_cached += en[i].take;
         e->stats.prefill_tokens += en[i].take - (sample ? en[i].logits : 0);
+        enter_full_pages(e, en[i].s);
     }
     return (step_run){.buf = b, .rows = rows, .sample = sample};
 }
@@ -490,12 +609,19 @@ static gen_stop accept_token(gen_engine *e, gen_seq *s, int32_t token, float log
 }
 
 /* Moves waiting sequences to the live set while the batch and the pages
- * allow: a sequence is admitted when its uncached tokens plus the next one
- * fit. When nothing is live, the queue's cached pages are given up too, so
- * the front always gets in (a max_context sequence fits the cache). */
+ * allow: a sequence first takes the shared pages that hold its prefix, and
+ * is admitted when its uncached tokens plus the next one fit. One whose next
+ * shared page is still being prefilled is passed over for now. When nothing
+ * is live, the queue's cached pages are given up too, so the front always
+ * gets in (a max_context sequence fits the cache), and nobody waits. */
 static void admit(gen_engine *e) {
-    while (e->q_len > 0 && e->n_live < e->cfg.max_batch) {
-        gen_seq *s = e->queue[0];
+    int qi = 0;
+    while (qi < e->q_len && e->n_live < e->cfg.max_batch) {
+        gen_seq *s = e->queue[qi];
+        if (share_prefix(e, s)) {
+            qi++; /* waits for a page another is prefilling; the ones behind it may go first */
+            continue;
+        }
         int ok = grow_pages(e, s, s->n_tokens + 1 < e->cfg.max_context ? s->n_tokens + 1 : e->cfg.max_context);
         while (!ok && e->n_live == 0 && evict_waiting(e)) {
             ok = grow_pages(e, s, s->n_tokens + 1 < e->cfg.max_context ? s->n_tokens + 1 : e->cfg.max_context);
@@ -506,7 +632,7 @@ static void admit(gen_engine *e) {
                          pages_for(s->n_tokens + 1, e->cfg.page_size), e->kv.n_free, e->kv.n_pages);
             return;
         }
-        memmove(e->queue, e->queue + 1, (size_t)(e->q_len - 1) * sizeof(gen_seq *));
+        memmove(e->queue + qi, e->queue + qi + 1, (size_t)(e->q_len - qi - 1) * sizeof(gen_seq *));
         e->q_len--;
         e->live[e->n_live++] = s;
     }
@@ -632,7 +758,7 @@ dk_status gen_run(gen_engine *e, gen_seq **seqs, int n, const gen_params *p) {
             continue;
         }
         /* The last token is processed again if cached: its logits are needed. */
-        if (s->n_cached == s->n_tokens) s->n_cached--;
+        seq_redo_last(e, s);
         e->queue[e->q_len++] = s;
     }
 
@@ -682,7 +808,7 @@ dk_status gen_run(gen_engine *e, gen_seq **seqs, int n, const gen_params *p) {
 
 dk_status gen_logits(gen_engine *e, gen_seq *s, float *logits) {
     if (s->n_tokens == 0) return dk_fail(DK_ERR_USAGE, "gen_logits: sequence %d has no tokens", s->id);
-    if (s->n_cached == s->n_tokens) s->n_cached--;
+    seq_redo_last(e, s);
     s->in_run = 1;
     e->q_len = 0;
     e->n_live = 0;

@@ -15,6 +15,20 @@
  * recently admitted live sequence, which goes back to the queue and later
  * recomputes its cache: memory pressure slows a run down, it never fails it.
  *
+ * Prefix sharing (gen_config.prefix_sharing): conversations that begin with
+ * the same tokens, such as the samples of one task, hold the same KV pages
+ * for them, prefilled once. The engine finds them itself: every full page of
+ * known tokens is entered in a table keyed by its tokens and the page before
+ * it (model/kv_prefix.h), and a sequence admitted without cache takes, page
+ * by page, the ready pages that hold its tokens. Only whole pages are shared
+ * and never written again: the tokens after the last whole shared page (and
+ * always the last token, whose logits are needed) are prefilled by each
+ * sequence into pages of its own, so no page is ever copied. A sequence
+ * whose next page is still being prefilled by another waits a step in the
+ * queue instead of prefilling it twice. Pages are reference-counted: a
+ * preempted or evicted sequence gives up its references, and a page returns
+ * to the pool when its last holder lets it go.
+ *
  * Sampling (kernels/ops.h ops_sample): temperature, top-k, top-p or greedy,
  * from a counter-based generator keyed by (sequence seed, token position),
  * so a sequence's tokens do not depend on what else ran in its batch. Each
@@ -51,6 +65,8 @@ typedef struct gen_config {
                                the CPU backend ignores it */
     int sync_steps;         /* 1: every step is waited for before the next is queued;
                                0: a decode step is queued while the one before runs */
+    int prefix_sharing;     /* 1: share the pages of common prefixes (the default when 0);
+                               -1: every sequence prefills its own */
 } gen_config;
 
 /* Why a sequence's last turn ended. */
@@ -82,6 +98,8 @@ typedef struct gen_seq {
     int n_cached;           /* tokens[0 .. n_cached-1] have their K/V in the cache */
     int32_t *pages;         /* KV pages, in position order */
     int n_pages;
+    int n_entered;          /* pages[0 .. n_entered-1] are in the prefix table (pending or ready) */
+    int n_ready;            /* pages[0 .. n_ready-1] are in it ready */
     int in_run;             /* 1: queued or live in the current gen_run */
     long last_used;         /* step of the last forward that used its pages (eviction order) */
     long planned_at;        /* step number + 1 of the step that last took its tokens */
@@ -118,6 +136,11 @@ typedef struct gen_stats {
     long ahead_dropped;     /* their rows dropped: the sequence ended on the step before */
     long graph_captures;    /* decode-step shapes captured (cuda_graphs) */
     long graph_replays;     /* decode steps run by replaying a captured graph */
+    long shared_tokens;     /* prefix sharing: tokens whose K/V a sequence took from pages
+                               another had prefilled (prefill saved) */
+    long shared_pages;      /* ... the pages it took */
+    long share_waits;       /* admissions put off a step because the next shared page was
+                               still being prefilled */
 } gen_stats;
 
 typedef struct gen_engine gen_engine;
@@ -159,14 +182,21 @@ void gen_seq_free(gen_engine *e, gen_seq *s);
  * keeps its tokens; a later run prefills it again. */
 void gen_seq_drop_cache(gen_engine *e, gen_seq *s);
 
+/* Checks the page bookkeeping: every page's reference count equals the
+ * number of sequences holding it, the free pages are exactly those held by
+ * none, and the prefix table holds only held pages. For tests; fails naming
+ * the first page that is wrong. */
+dk_status gen_check_pages(const gen_engine *e);
+
 /* Samples one turn for each of seqs[0..n-1] (distinct, each with at least
  * one token) until each stops; sequences that already sit at the context
  * limit stop at once with GEN_STOP_CONTEXT. Fails only on bad arguments. */
 dk_status gen_run(gen_engine *e, gen_seq **seqs, int n, const gen_params *p);
 
 /* The next-token logits (fp32, host, [vocab_size]) after seq's current
- * tokens, prefilling what is not cached; nothing is sampled. For tests and
- * for scoring. */
+ * tokens, prefilling what is not cached; nothing is sampled. It takes no
+ * shared pages (what it prefills is its own computation; other sequences may
+ * share it afterwards). For tests and for scoring. */
 dk_status gen_logits(gen_engine *e, gen_seq *s, float *logits);
 
 #endif

@@ -1,6 +1,7 @@
-/* kv_cache.c: planning the paged KV cache and its free list. Pages are taken
- * from the top of a stack, so the most recently freed (still warm in caches)
- * are reused first; the order has no effect on results. */
+/* kv_cache.c: planning the paged KV cache, its free list and the pages'
+ * reference counts. Pages are taken from the top of a stack, so the most
+ * recently freed (still warm in caches) are reused first; the order has no
+ * effect on results. */
 #include "model/kv_cache.h"
 
 #include <stdlib.h>
@@ -36,6 +37,7 @@ dk_status kv_cache_create(kv_cache *kv, ops_ctx *ctx, const model_config *c, int
     /* Page 0 on top, so a fresh cache fills from the start. */
     for (int i = 0; i < n_pages; i++) kv->free_list[i] = n_pages - 1 - i;
     kv->n_free = n_pages;
+    kv->refs = dk_calloc((size_t)n_pages, sizeof(int32_t));
     return DK_OK;
 }
 
@@ -45,16 +47,33 @@ void kv_cache_free(kv_cache *kv) {
     free(kv->k);
     free(kv->v);
     free(kv->free_list);
+    free(kv->refs);
     memset(kv, 0, sizeof *kv);
 }
 
-int32_t kv_cache_take(kv_cache *kv) { return kv->n_free > 0 ? kv->free_list[--kv->n_free] : -1; }
+int32_t kv_cache_take(kv_cache *kv) {
+    if (kv->n_free == 0) return -1;
+    int32_t p = kv->free_list[--kv->n_free];
+    kv->refs[p] = 1;
+    return p;
+}
 
-void kv_cache_give(kv_cache *kv, const int32_t *pages, int n) {
+void kv_cache_ref(kv_cache *kv, int32_t page) {
+    if (page < 0 || page >= kv->n_pages || kv->refs[page] <= 0)
+        DK_ABORT("kv cache: a holder added to page %d, which is not taken (%d pages)", page, kv->n_pages);
+    kv->refs[page]++;
+}
+
+int kv_cache_give(kv_cache *kv, const int32_t *pages, int n) {
+    int freed = 0;
     for (int i = n - 1; i >= 0; i--) {
-        if (kv->n_free >= kv->n_pages || pages[i] < 0 || pages[i] >= kv->n_pages)
-            DK_ABORT("kv cache: returning page %d (free %d of %d): not a page taken from this cache", pages[i],
-                     kv->n_free, kv->n_pages);
-        kv->free_list[kv->n_free++] = pages[i];
+        const int32_t p = pages[i];
+        if (p < 0 || p >= kv->n_pages || kv->refs[p] <= 0 || kv->n_free >= kv->n_pages)
+            DK_ABORT("kv cache: returning page %d (free %d of %d): not a page taken from this cache", p, kv->n_free,
+                     kv->n_pages);
+        if (--kv->refs[p] > 0) continue;
+        kv->free_list[kv->n_free++] = p;
+        freed++;
     }
+    return freed;
 }

@@ -51,6 +51,7 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
                            int n_samples, const rl_rollout_config *c, rl_rollout *out, rl_rollout_stats *stats) {
     const int n = n_tasks * n_samples;
     memset(stats, 0, sizeof *stats);
+    const gen_stats g0 = *gen_get_stats(e);
     if (c->max_turns < 1 || c->max_turns > RL_MAX_TURNS)
         return dk_fail(DK_ERR_USAGE, "[rl] max_turns = %d: must be in [1, %d]", c->max_turns, RL_MAX_TURNS);
     const int im_end = tokenizer_token_id(tok, "<|im_end|>");
@@ -141,6 +142,9 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
     for (int i = 0; i < n; i++) free(texts[i]);
     free(texts);
     free(res);
+    const gen_stats *g1 = gen_get_stats(e);
+    stats->prefill_tokens = g1->prefill_tokens - g0.prefill_tokens;
+    stats->prefill_saved = g1->shared_tokens - g0.shared_tokens;
     return st;
 }
 

@@ -3,7 +3,9 @@
  * generated together (continuous batching), every response is scored by the
  * environment at once, and the feedback goes back as a user message (masked
  * out of the loss) followed by a fresh assistant header. A conversation ends
- * after max_turns, or early when it reaches the context limit. */
+ * after max_turns, or early when it reaches the context limit. A task's
+ * samples are submitted together with the same prompt, so the engine
+ * prefills that prompt once and they share its KV pages (model/generate.h). */
 #ifndef DK_RL_ROLLOUT_H
 #define DK_RL_ROLLOUT_H
 
@@ -45,6 +47,8 @@ typedef struct {
     long sampled_tokens;
     long response_tokens_per_turn[RL_MAX_TURNS]; /* sums, for mean lengths */
     int responses_per_turn[RL_MAX_TURNS];
+    long prefill_tokens;        /* prompt and feedback tokens the engine prefilled ... */
+    long prefill_saved;         /* ... and those it took from pages another sample had prefilled */
 } rl_rollout_stats;
 
 /* Runs the rollouts of n_tasks tasks x n_samples into out[task * n_samples +

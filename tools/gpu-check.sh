@@ -36,8 +36,20 @@ build/bench_ops $q > "$out/bench_ops.log" 2>&1
 build/bench_attention > "$out/bench_attention.log" 2>&1
 build/bench_lmhead > "$out/bench_lmhead.log" 2>&1
 build/bench_train $q > "$out/bench_train.log" 2>&1
-hf=$($DK_PYTHON tools/bench/bench_generate_hf.py 2>"$out/bench_generate_hf.err" | tee "$out/bench_generate_hf.log" | awk '/^hf_tokens_per_s/{print $2}')
-build/bench_generate ${hf:+--hf-tps $hf} $q > "$out/bench_generate.log" 2>&1
+# The two PyTorch anchors (plain generate, static cache + torch.compile) at
+# bench_generate's shape, then at the RL shape of bench_generate_recipe.
+anchor() { awk -v k="$1" '$1 == k {print $2}' "$2"; }
+$DK_PYTHON tools/bench/bench_generate_hf.py > "$out/bench_generate_hf.log" 2>"$out/bench_generate_hf.err"
+hf=$(anchor hf_tokens_per_s "$out/bench_generate_hf.log")
+hfs=$(anchor hf_static_tokens_per_s "$out/bench_generate_hf.log")
+build/bench_generate ${hf:+--hf-tps $hf} ${hfs:+--hf-static-tps $hfs} $q > "$out/bench_generate.log" 2>&1
+if [ -z "$quick" ]; then
+  $DK_PYTHON tools/bench/bench_generate_hf.py --batch 256 --prompt 2048 --new 1024 --repeats 3 \
+    > "$out/bench_generate_hf_rl.log" 2>"$out/bench_generate_hf_rl.err"
+  rhf=$(anchor hf_tokens_per_s "$out/bench_generate_hf_rl.log")
+  rhfs=$(anchor hf_static_tokens_per_s "$out/bench_generate_hf_rl.log")
+fi
+build/bench_generate_recipe ${rhf:+--hf-tps $rhf} ${rhfs:+--hf-static-tps $rhfs} $q > "$out/bench_generate_recipe.log" 2>&1
 build/bench_generate ${hf:+--hf-tps $hf} --no-graphs --quick > "$out/bench_generate_nographs.log" 2>&1
 $DK_PYTHON tools/bench/bench_kernelgym.py > "$out/bench_kernelgym.log" 2>&1
 $DK_PYTHON tools/bench/bench_kernelgym.py --no-prefork > "$out/bench_kernelgym_noprefork.log" 2>&1

@@ -6,7 +6,10 @@
  *    of the whole generate (prefill + decode, what Hugging Face generate is
  *    timed on), its ratio to HF generate (--hf-tps: what
  *    tools/bench/bench_generate_hf.py printed on the same machine, else the
- *    723 tokens/s anchor measured on this H200), and the decode phase against
+ *    723 tokens/s anchor measured on this H200) and, given --hf-static-tps,
+ *    to the static-cache torch.compile'd generate the same script times
+ *    (the stronger anchor: plain generate is bound by its host loop at
+ *    batch 64 and swings between runs), and the decode phase against
  *    the memory roofline: every step must read all weights (3.44 GB) and every
  *    live sequence's cached K/V, at the copy bandwidth (--bw, 4.27 TB/s).
  * 2. batch 1, 1k-token context: per-token latency against the same roofline.
@@ -34,7 +37,11 @@
  *    as one graph with each op left out in turn (what it adds to the step
  *    once kernels overlap), and with the attention kernel's plans pinned.
  *
- * Usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] [--chain]
+ * The recipe's shapes (the RL batch with prefix sharing, 32k context, 8B and
+ * 14B) are tools/bench/bench_generate_recipe.c.
+ *
+ * Usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl]
+ *        [--chain]
  * (--chain: section 5 alone) */
 #include <math.h>
 #include <stdio.h>
@@ -48,13 +55,9 @@
 #include "model/generate.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "tools/bench/bench_shapes.h"
 #include "tools/bench/bench_weights.h"
 
-static const model_config qwen3_1_7b = {
-    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 28,
-    .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
-    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
-};
 
 #define HF_ANCHOR_TPS 723.0
 
@@ -392,7 +395,7 @@ static void chain_table(model *m, int B, int ctx_len) {
 
 /* Sections 1 and 2 on engine e; tag names the launch mode in the headers. */
 static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KVT, double bw, double hf_tps,
-                         int quick, const char *tag) {
+                         double hf_static_tps, int quick, const char *tag) {
     /* Warm-up: builds every matmul plan and decode graph the runs below use. */
     {
         gen_seq *w[64];
@@ -437,6 +440,10 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
                B * PROMPT / (b - a), decode, steps, decode / steps * 1e3, B * (NEW - 1) / decode);
         printf("  generate: %.0f tokens/s = %.1fx HF generate (%.0f tokens/s, %s)\n", tps, tps / hf, hf,
                hf_tps > 0.0 ? "--hf-tps, bench_generate_hf.py" : "anchor");
+        if (hf_static_tps > 0.0)
+            printf("  generate: %.2fx HF static cache + torch.compile(reduce-overhead) (%.0f tokens/s, "
+                   "--hf-static-tps)\n",
+                   tps / hf_static_tps, hf_static_tps);
         printf("  decode memory roofline: %.2f GB read per step on average (%.2f weights + %.2f KV), %.2f ms/step at "
                "%.2f TB/s: %.0f%% of roofline\n",
                bytes / (NEW - 1) / 1e9, W / 1e9, (bytes / (NEW - 1) - W) / 1e9, roof / (NEW - 1) * 1e3, bw / 1e12,
@@ -471,10 +478,11 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
-    double hf_tps = 0.0, bw = 4.27e12;
+    double hf_tps = 0.0, hf_static_tps = 0.0, bw = 4.27e12;
     int quick = 0, graphs = 1, pdl = 1, chain_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--hf-static-tps") && i + 1 < argc) hf_static_tps = atof(argv[++i]);
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
@@ -482,7 +490,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--chain")) chain_only = 1;
         else {
             fprintf(stderr,
-                    "usage: bench_generate [--hf-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl] [--chain]\n");
+                    "usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] "
+                    "[--no-pdl] [--chain]\n");
             return 2;
         }
     }
@@ -522,12 +531,12 @@ int main(int argc, char **argv) {
            gen_get_config(e)->n_pages, gen_get_config(e)->n_pages * gen_page_bytes(c, &ctx, 16) / 1e9,
            graphs ? "on" : "off (--no-graphs)", pdl ? "on" : "off (--no-pdl)");
 
-    bench_engine(e, &ctx, V, W, KVT, bw, hf_tps, quick, "");
+    bench_engine(e, &ctx, V, W, KVT, bw, hf_tps, hf_static_tps, quick, "");
     if (pdl) { /* the same runs with ordinary launches, on a fresh engine (its own graphs) */
         ctx.tuning.no_pdl = 1;
         gen_engine *e2;
         must(gen_create(&e2, &m, &gc), "gen_create");
-        bench_engine(e2, &ctx, V, W, KVT, bw, hf_tps, quick, ", programmatic dependent launch off");
+        bench_engine(e2, &ctx, V, W, KVT, bw, hf_tps, hf_static_tps, quick, ", programmatic dependent launch off");
         gen_free(e2);
         ctx.tuning.no_pdl = 0;
     }
@@ -536,7 +545,8 @@ int main(int argc, char **argv) {
         gs.sync_steps = 1;
         gen_engine *e3;
         must(gen_create(&e3, &m, &gs), "gen_create");
-        bench_engine(e3, &ctx, V, W, KVT, bw, hf_tps, quick, ", each step waited for before the next is queued");
+        bench_engine(e3, &ctx, V, W, KVT, bw, hf_tps, hf_static_tps, quick,
+                     ", each step waited for before the next is queued");
         gen_free(e3);
     }
 

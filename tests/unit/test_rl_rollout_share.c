@@ -1,0 +1,109 @@
+/* test_rl_rollout_share.c: RL rollouts (rl/rollout.h) share their tasks'
+ * prompts in the engine. Three toy tasks x 4 samples, two turns (the toy
+ * environment's feedback appended between them), the BPE tokenizer fixture
+ * and a tiny random Qwen3 on the CPU backend, through an engine with prefix
+ * sharing and one without:
+ * - every conversation has the same tokens either way (the reference is the
+ *   engine without sharing: each sample prefills its own prompt);
+ * - the prefill saved equals the hand count, (samples - 1) x the whole
+ *   pages before each prompt's last token, and prefilled + saved with
+ *   sharing equals prefilled without;
+ * - the engine's page bookkeeping is clean after the batch, and every page
+ *   is free once the rollouts are. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "data/tokenizer.h"
+#include "kernels/ops.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "rl/env_toy.h"
+#include "rl/rollout.h"
+#include "test_ops_common.h"
+
+static const model_config cfg = {
+    .arch = DK_ARCH_QWEN3, .vocab_size = 512, .hidden_size = 32, .intermediate_size = 48, .n_layers = 2,
+    .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .max_position = 1024, .rope_theta = 10000.0f,
+    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
+};
+
+enum { TASKS = 3, SAMPLES = 4, N = TASKS * SAMPLES, PAGE = 4, N_PAGES = 3000 };
+
+static void must(dk_status s, const char *what) {
+    if (s != DK_OK) {
+        fprintf(stderr, "FAIL %s: %s\n", what, dk_error());
+        exit(1);
+    }
+}
+
+typedef struct {
+    int32_t *tokens[N];
+    int n[N], prompt_len[N];
+    rl_rollout_stats st;
+} batch_result;
+
+static void run_batch(model *m, tokenizer *tok, int sharing, batch_result *out) {
+    gen_config gc = {.page_size = PAGE, .n_pages = N_PAGES, .max_batch = 16, .max_step_tokens = 64,
+                     .max_context = 512, .prefix_sharing = sharing};
+    gen_engine *e;
+    must(gen_create(&e, m, &gc), "gen_create");
+    rl_env *env = rl_env_toy_new(8);
+    int n_toy;
+    const rl_task *tasks = rl_env_toy_tasks(&n_toy);
+    CHECK(n_toy >= TASKS, "the toy has %d tasks, the test needs %d", n_toy, TASKS);
+    int32_t stop = tokenizer_token_id(tok, "<|im_end|>");
+    rl_rollout_config rc = {.max_turns = 2, .first_template = "{source}", .followup_template = "{feedback}",
+                            .seed = 7, .step = 1,
+                            .gen = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 12, .stop_tokens = &stop,
+                                    .n_stop_tokens = 1}};
+    rl_rollout r[N];
+    must(rl_rollout_batch(e, tok, env, tasks, TASKS, SAMPLES, &rc, r, &out->st), "rl_rollout_batch");
+    CHECK(gen_check_pages(e) == DK_OK, "after the batch: %s", dk_error());
+    for (int i = 0; i < N; i++) {
+        out->n[i] = r[i].seq->n_tokens;
+        out->prompt_len[i] = r[i].turn_start[0];
+        out->tokens[i] = dk_malloc((size_t)out->n[i] * sizeof(int32_t));
+        memcpy(out->tokens[i], r[i].seq->tokens, (size_t)out->n[i] * sizeof(int32_t));
+    }
+    rl_rollout_free(e, r, N);
+    CHECK(gen_free_pages(e) == N_PAGES, "%d of %d pages free after the rollouts", gen_free_pages(e), N_PAGES);
+    env->free(env);
+    gen_free(e);
+}
+
+int main(void) {
+    tokenizer *tok;
+    must(tokenizer_load("tests/fixtures/tokenizers/bpe/tokenizer.json", &tok), "tokenizer");
+    ops_ctx ctx;
+    gen_config g0 = {.max_step_tokens = 64};
+    must(ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, gen_scratch_bytes(&cfg, &g0, DK_DEVICE_CPU)), "ops_ctx_init");
+    model m;
+    must(model_create(&m, &cfg, &ctx, 8, 0), "model_create");
+    model_init_random(&m, 31, 0.3f);
+    static batch_result on, off;
+    run_batch(&m, tok, 1, &on);
+    run_batch(&m, tok, -1, &off);
+    int same = 0;
+    long want = 0;
+    for (int i = 0; i < N; i++) {
+        same += on.n[i] == off.n[i] && !memcmp(on.tokens[i], off.tokens[i], (size_t)on.n[i] * sizeof(int32_t));
+        if (i % SAMPLES) want += (on.prompt_len[i] - 1) / PAGE * PAGE;
+    }
+    printf("  %d tasks x %d samples, 2 turns: %d/%d conversations identical with and without sharing; prefilled "
+           "%ld vs %ld tokens, %ld saved (%ld expected); first prompts of %d, %d, %d tokens\n",
+           TASKS, SAMPLES, same, N, on.st.prefill_tokens, off.st.prefill_tokens, on.st.prefill_saved, want,
+           on.prompt_len[0], on.prompt_len[SAMPLES], on.prompt_len[2 * SAMPLES]);
+    CHECK(same == N, "sharing changed %d conversations", N - same);
+    CHECK(on.st.prefill_saved == want, "saved %ld prefill tokens, expected %ld", on.st.prefill_saved, want);
+    CHECK(off.st.prefill_saved == 0, "sharing off saved %ld tokens", off.st.prefill_saved);
+    CHECK(on.st.prefill_tokens + on.st.prefill_saved == off.st.prefill_tokens,
+          "prefilled %ld + saved %ld != %ld prefilled without sharing", on.st.prefill_tokens, on.st.prefill_saved,
+          off.st.prefill_tokens);
+    for (int i = 0; i < N; i++) free(on.tokens[i]), free(off.tokens[i]);
+    model_free(&m);
+    ops_ctx_free(&ctx);
+    tokenizer_free(tok);
+    return test_finish("test_rl_rollout_share");
+}
