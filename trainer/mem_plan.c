@@ -88,10 +88,20 @@ static unit_sums units_at(const model_config *mc, int w) {
     return u;
 }
 
+/* The most sequences a rank holds: RL splits the step's tasks over the
+ * ranks (rl_gather_task_range), each with its n_samples rollouts; SFT its
+ * sequences. */
+static int rank_seqs(const dk_config *cfg, int world) {
+    const int B = cfg->train.batch_size;
+    if (cfg->run.mode != DK_MODE_RL || cfg->rl.n_samples < 1) return (B + world - 1) / world;
+    const int S = cfg->rl.n_samples, tasks = B / S;
+    return (tasks + world - 1) / world * S;
+}
+
 /* The rank's micro-batch in tokens: trainer/micro_batch.h over the rank's
  * share of the step's sequences (all of them at world 1). */
 static dk_status rank_train_tokens(const dk_config *cfg, int world, int *out) {
-    const int B = cfg->train.batch_size, per_rank = (B + world - 1) / world;
+    const int B = cfg->train.batch_size, per_rank = rank_seqs(cfg, world);
     long tokens;
     if (cfg->run.mode == DK_MODE_EVAL) tokens = cfg->data.max_length; /* eval_run: one sequence */
     else tokens = micro_plan_make(cfg, per_rank, cfg->run.mode == DK_MODE_RL ? cfg->rl.mini_batches : 1).max_tokens;
@@ -171,7 +181,7 @@ dk_status mem_plan_make_ex(mem_plan *p, const dk_config *cfg, const model_config
     gen_config gc;
     size_t scratch = model_scratch_bytes(mc, p->train_tokens);
     if (rl || eval) {
-        p->rollout_seqs = (cfg->train.batch_size + world - 1) / world;
+        p->rollout_seqs = rank_seqs(cfg, world);
         rollout_session_gen_config(cfg, mc, p->rollout_seqs, &gc);
         p->step_tokens = gc.max_step_tokens;
         if (gc.max_batch > gc.max_step_tokens)

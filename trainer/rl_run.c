@@ -86,13 +86,15 @@ static void rollout_stats_all_reduce(comm *c, rl_rollout_stats *rs) {
 dk_status rl_run(const dk_config *cfg) {
     DK_TRY(check_shape(cfg));
     const int B = cfg->train.batch_size, S = cfg->rl.n_samples, n_tasks = B / S, turns = cfg->rl.max_turns;
-    const micro_plan plan = micro_plan_make(cfg, B, cfg->rl.mini_batches);
     /* The policy being trained is the tempered one the rollouts sampled from. */
     const float inv_temp = cfg->rl.temperature > 0 ? (float)(1.0 / cfg->rl.temperature) : 1.0f;
     /* The engine decodes this rank's conversations only: size it (and, on
-     * the CPU, its KV cache) for the largest share of the batch. */
+     * the CPU, its KV cache) for the largest share of the batch; so are the
+     * micro-batches, which hold this rank's sequences only (the plan
+     * trainer/mem_plan.c makes). */
     const int world = comm_where().world;
     const int most_local = (n_tasks + world - 1) / world * S;
+    const micro_plan plan = micro_plan_make(cfg, most_local > 0 ? most_local : 1, cfg->rl.mini_batches);
     rollout_session ss;
     dk_status st = rollout_session_init(&ss, cfg, most_local > 0 ? most_local : 1, (int)plan.max_tokens);
     if (st != DK_OK) {

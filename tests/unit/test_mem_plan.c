@@ -252,11 +252,12 @@ static void test_rank_batch_and_fit(void) {
     load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
     mem_plan p;
     must(mem_plan_make(&p, &cfg, &mc, 3, DK_DEVICE_CUDA, (size_t)10e9, 0), "mem_plan_make");
-    CHECK(p.rollout_seqs == 3 && p.train_tokens == 3 * 16, "world 3 of 8: %d conversations, %d tokens; want 3, 48",
+    /* 4 tasks of 2 samples over 3 ranks: the first takes 2 tasks, 4 rollouts. */
+    CHECK(p.rollout_seqs == 4 && p.train_tokens == 4 * 16, "world 3 of 8: %d conversations, %d tokens; want 4, 64",
           p.rollout_seqs, p.train_tokens);
     /* 2 x 2 layers x 1 kv head x head_dim 2 x 2 bytes */
     CHECK(p.kv_token_bytes == 16, "KV bytes per token %zu, want 16", p.kv_token_bytes);
-    CHECK(p.kv_need_one == 16 && p.kv_need_all == 48, "KV need %ld / %ld tokens, want 16 / 48", p.kv_need_one,
+    CHECK(p.kv_need_one == 16 && p.kv_need_all == 64, "KV need %ld / %ld tokens, want 16 / 64", p.kv_need_one,
           p.kv_need_all);
     /* The cache is whole 16-token pages of what is left above the margin. */
     const size_t page = 16 * 16, others = p.total[MEM_ROLLOUT] - p.bytes[MEM_KV_CACHE][MEM_ROLLOUT];
