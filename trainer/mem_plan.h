@@ -130,8 +130,10 @@ int mem_plan_command(const dk_config *cfg, FILE *out);
  * (DK_ERR_USAGE) when it does not fit. */
 dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
                          const char *gpu_name);
-/* mem_plan_check on the total memory of CUDA device `gpu`; DK_OK where no
+/* mem_plan_check on the total memory of CUDA device `gpu`, sharded as
+ * mem_plan_make_ex says (a run with DK_ZERO=1 at world 1); DK_OK where no
  * GPU answers (context creation reports that). */
-dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int max_tokens);
+dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
+                                int max_tokens);
 
 #endif
