@@ -111,21 +111,18 @@ void mem_count_free(ops_ctx *ctx) {
     ctx->mem = NULL;
 }
 
-size_t ops_mem_bytes(ops_ctx *ctx) {
+/* One of the two counts, read under the lock. */
+static size_t count_read(ops_ctx *ctx, int peak) {
     struct ops_mem_count *c = count_of(ctx);
     pthread_mutex_lock(&c->lock);
-    size_t b = c->bytes;
+    size_t b = peak ? c->peak : c->bytes;
     pthread_mutex_unlock(&c->lock);
     return b;
 }
 
-size_t ops_mem_peak(ops_ctx *ctx) {
-    struct ops_mem_count *c = count_of(ctx);
-    pthread_mutex_lock(&c->lock);
-    size_t b = c->peak;
-    pthread_mutex_unlock(&c->lock);
-    return b;
-}
+size_t ops_mem_bytes(ops_ctx *ctx) { return count_read(ctx, 0); }
+
+size_t ops_mem_peak(ops_ctx *ctx) { return count_read(ctx, 1); }
 
 void ops_mem_peak_reset(ops_ctx *ctx) {
     struct ops_mem_count *c = count_of(ctx);

@@ -61,6 +61,33 @@ static void must(dk_status s, const char *what) {
 
 static double gb(size_t b) { return (double)b / 1e9; }
 
+/* One optimizer step (optim o, or zero z when set) over T / SEQ_LEN packed
+ * sequences of random tokens with a mean-NLL loss; the gradient norm. */
+static double train_step(model *m, int T, optim *o, zero *z) {
+    const int seqs = T / SEQ_LEN;
+    int32_t *tokens = dk_malloc((size_t)T * sizeof(int32_t)), *targets = dk_malloc((size_t)T * sizeof(int32_t));
+    int32_t *cu = dk_malloc((size_t)(seqs + 1) * sizeof(int32_t));
+    float *dlogprob = dk_malloc((size_t)T * sizeof(float));
+    for (int t = 0; t < T; t++) tokens[t] = (int32_t)(dk_mix64((uint64_t)t) % (uint64_t)m->cfg.vocab_size);
+    for (int s = 0; s <= seqs; s++) cu[s] = s * SEQ_LEN;
+    for (int t = 0; t < T; t++) {
+        targets[t] = (t + 1) % SEQ_LEN ? tokens[t + 1] : -1;
+        dlogprob[t] = targets[t] >= 0 ? -1.0f / (float)T : 0.0f;
+    }
+    model_batch b = {T, seqs, tokens, NULL, cu, targets};
+    model_zero_grad(m);
+    must(model_forward(m, &b, 1.0f), "model_forward");
+    ops_upload(m->ctx, m->dlogprob, dlogprob, (size_t)T * sizeof(float));
+    model_backward(m, m->dlogprob, NULL);
+    double norm = z ? zero_step(z, 1e-5) : optim_step(o, m->ctx, &m->params, &m->grads, 1e-5);
+    ops_sync(m->ctx);
+    free(tokens);
+    free(targets);
+    free(cu);
+    free(dlogprob);
+    return norm;
+}
+
 static void run_case(const char *name, const char *hidden, const char *inter, const char *recompute) {
     char h[64], i[64], r[64];
     snprintf(h, sizeof h, "model.hidden_size=%s", hidden);
@@ -96,22 +123,7 @@ static void run_case(const char *name, const char *hidden, const char *inter, co
     optim_init(&o, &ctx, &oc, &mc, &m.params);
 
     /* One step over SEQS packed sequences of random tokens. */
-    int32_t *tokens = dk_malloc((size_t)T * sizeof(int32_t)), *targets = dk_malloc((size_t)T * sizeof(int32_t));
-    int32_t cu[SEQS + 1];
-    float *dlogprob = dk_malloc((size_t)T * sizeof(float));
-    for (int t = 0; t < T; t++) tokens[t] = (int32_t)(dk_mix64((uint64_t)t) % (uint64_t)mc.vocab_size);
-    for (int s = 0; s <= SEQS; s++) cu[s] = s * SEQ_LEN;
-    for (int t = 0; t < T; t++) {
-        targets[t] = (t + 1) % SEQ_LEN ? tokens[t + 1] : -1;
-        dlogprob[t] = targets[t] >= 0 ? -1.0f / (float)T : 0.0f;
-    }
-    model_batch b = {T, SEQS, tokens, NULL, cu, targets};
-    model_zero_grad(&m);
-    must(model_forward(&m, &b, 1.0f), "model_forward");
-    ops_upload(&ctx, m.dlogprob, dlogprob, (size_t)T * sizeof(float));
-    model_backward(&m, m.dlogprob, NULL);
-    double norm = optim_step(&o, &ctx, &m.params, &m.grads, 1e-5);
-    ops_sync(&ctx);
+    double norm = train_step(&m, T, &o, NULL);
     CHECK(isfinite(norm) && norm > 0, "%s: gradient norm %g", name, norm);
     const size_t free1 = device_free_bytes(0);
 
@@ -138,9 +150,6 @@ static void run_case(const char *name, const char *hidden, const char *inter, co
     CHECK(fabs(err_run) <= TOL, "%s: took %.3f GB, planned %.3f GB", name, gb(took), gb(planned_run));
     CHECK(fabs(err_all) <= TOL, "%s: %.3f GB in use, train phase %.3f GB", name, gb(in_use), gb(p.total[MEM_TRAIN]));
 
-    free(tokens);
-    free(targets);
-    free(dlogprob);
     optim_free(&o, &ctx);
     model_free(&m);
     ops_ctx_free(&ctx);
@@ -195,23 +204,7 @@ static void run_rl_sharded(void) {
           z.device_bytes, shards, gathered);
 
     /* The train phase: one packed micro-batch of 4 rollouts. */
-    const int seqs = T / 4096;
-    int32_t *tokens = dk_malloc((size_t)T * sizeof(int32_t)), *targets = dk_malloc((size_t)T * sizeof(int32_t));
-    int32_t *cu = dk_malloc((size_t)(seqs + 1) * sizeof(int32_t));
-    float *dlogprob = dk_malloc((size_t)T * sizeof(float));
-    for (int t = 0; t < T; t++) tokens[t] = (int32_t)(dk_mix64((uint64_t)t) % (uint64_t)mc.vocab_size);
-    for (int s = 0; s <= seqs; s++) cu[s] = s * 4096;
-    for (int t = 0; t < T; t++) {
-        targets[t] = (t + 1) % 4096 ? tokens[t + 1] : -1;
-        dlogprob[t] = targets[t] >= 0 ? -1.0f / (float)T : 0.0f;
-    }
-    model_batch b = {T, seqs, tokens, NULL, cu, targets};
-    model_zero_grad(&m);
-    must(model_forward(&m, &b, 1.0f), "model_forward");
-    ops_upload(&ctx, m.dlogprob, dlogprob, (size_t)T * sizeof(float));
-    model_backward(&m, m.dlogprob, NULL);
-    double norm = zero_step(&z, 1e-5);
-    ops_sync(&ctx);
+    double norm = train_step(&m, T, NULL, &z);
     CHECK(isfinite(norm) && norm > 0, "rl sharded: gradient norm %g", norm);
     check_phase("train", free0 - device_free_bytes(0), p.total[MEM_TRAIN] - ctx_est);
 
@@ -243,10 +236,6 @@ static void run_rl_sharded(void) {
     gen_free(eng);
     ops_free(&ctx, copy);
     free(view.params.layers);
-    free(tokens);
-    free(targets);
-    free(cu);
-    free(dlogprob);
     zero_free(&z);
     comm_close(&c);
     ops_ctx_free(&ctx);

@@ -20,7 +20,8 @@
 #   - world 2 with the KL reference against world 1 with it;
 #   - world 2 twice: bit-identical metrics (timings aside) and checkpoint;
 #   - the run directory holds one metrics.jsonl and one rollouts.jsonl,
-#     written by rank 0 alone.
+#     written by rank 0 alone;
+#   - the memory phases of the same runs: tests/mpi/rl_phases.py.
 set -eu
 . "$(dirname "$0")/mpirun.sh"
 py="${DK_PYTHON:-.venv/bin/python}"
@@ -100,3 +101,4 @@ for x, y in zip(rows("w2"), rows("w2b")):
         assert k in timing or x[k] == y[k], f"world 2 twice: step {x['step']} {k}: {x[k]} != {y[k]}"
 print("world 2 twice: bit-identical")
 PY
+"$py" "$(dirname "$0")/rl_phases.py" "$dir"

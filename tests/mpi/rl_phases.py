@@ -1,8 +1,9 @@
-#!/usr/bin/env bash
+# rl_phases.py RUN_DIRS_PARENT
 # The memory phases of an RL step (trainer/rollout_session.h), on the CPU
 # backend, from the device-memory counts every step logs (ops_mem_bytes;
-# rl_update.h's mem_* fields). configs/toy.ini for 6 steps at world 1 (a
-# replica), world 1 with DK_ZERO=1, and worlds 2 and 3 (sharded). With N_u
+# rl_update.h's mem_* fields), in tests/mpi/test_rl_dist.sh's runs of
+# configs/toy.ini for 6 steps at world 1 (a replica), world 1 with
+# DK_ZERO=1, and worlds 2 and 3 (sharded). With N_u
 # a unit's parameters, computed here from the config (embedding, 2 layers,
 # final norm; tied), and s_u = ceil(N_u / world) its shard:
 #   - no growth: what is allocated after the update and what both phases
@@ -22,17 +23,6 @@
 #     replica's activations (its own keep minus its 16 x N) and zero's
 #     working set (8 bytes x N at world 1: every unit gathered, weights and
 #     gradients), and nothing is left of the rollout phase.
-set -eu
-. "$(dirname "$0")/mpirun.sh"
-py="${DK_PYTHON:-.venv/bin/python}"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-run() { dk_train "$1" "$2" configs/toy.ini run.steps=6 "${@:3}"; } # NAME NP [key=value...]
-run w1 1
-DK_ZERO=1 run z1 1
-run w2 2
-run w3 3
-"$py" - "$dir" <<'PY'
 import json, sys
 d = sys.argv[1]
 # configs/toy.ini
@@ -73,4 +63,3 @@ acts = w1["mem_base"] - 16 * N
 assert z1["mem_train_peak"] - z1["mem_base"] == acts + 8 * N, \
     f"DK_ZERO=1 train phase adds {z1['mem_train_peak'] - z1['mem_base']}, want activations {acts} + working {8 * N}"
 print(f"DK_ZERO=1: the train phase adds the replica's {acts} bytes of activations and {8 * N} of working set")
-PY
