@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/memory_count.h"
 
 /* cuBLASLt's recommended workspace on Hopper. */
 #define CUDA_BLASLT_WS ((size_t)32 << 20)
@@ -80,6 +81,7 @@ static void ctx_release(ops_ctx *ctx) {
     if (ctx->blaslt_ws) cudaFree(ctx->blaslt_ws);
     if (ctx->scratch) cudaFree(ctx->scratch);
     if (ctx->stream) cudaStreamDestroy((cudaStream_t)ctx->stream);
+    mem_count_free(ctx);
     for (int i = 0; i < 2; i++) {
         if (ctx->lane[i]) cudaStreamDestroy((cudaStream_t)ctx->lane[i]);
         if (ctx->lane_ev[i]) cudaEventDestroy((cudaEvent_t)ctx->lane_ev[i]);
@@ -122,6 +124,7 @@ extern "C" dk_status cuda_ctx_init(ops_ctx *ctx, dk_device device, int gpu, size
     }
     ctx->blaslt = lt;
     (void)cuda_sm_count(ctx);
+    mem_count_init(ctx);
     live_contexts++;
     return DK_OK;
 fail:
@@ -154,10 +157,12 @@ extern "C" void *cuda_alloc(ops_ctx *ctx, size_t bytes) {
                  cudaGetErrorString(e), free_b, total_b);
     }
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_stream(ctx)));
+    mem_count_add(ctx, p, bytes);
     return p;
 }
 
 extern "C" void cuda_free(ops_ctx *ctx, void *p) {
+    mem_count_remove(ctx, p);
     if (p) CUDA_CHECK(cudaFree(p));
 }
 

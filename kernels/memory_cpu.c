@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "kernels/memory_count.h"
 #include "kernels/ops_cpu.h"
 
 dk_status cpu_ctx_init(ops_ctx *ctx, dk_device device, int gpu, size_t scratch_bytes) {
@@ -15,19 +16,28 @@ dk_status cpu_ctx_init(ops_ctx *ctx, dk_device device, int gpu, size_t scratch_b
         ctx->scratch = dk_calloc(1, scratch_bytes);
         ctx->scratch_size = scratch_bytes;
     }
+    mem_count_init(ctx);
     return DK_OK;
 }
 
 void cpu_ctx_free(ops_ctx *ctx) {
     free(ctx->scratch);
+    mem_count_free(ctx);
     memset(ctx, 0, sizeof *ctx);
 }
 
 size_t cpu_act_size(const ops_ctx *ctx) { return sizeof(float); }
 
-void *cpu_alloc(ops_ctx *ctx, size_t bytes) { return dk_calloc(1, bytes); }
+void *cpu_alloc(ops_ctx *ctx, size_t bytes) {
+    void *p = dk_calloc(1, bytes);
+    mem_count_add(ctx, p, bytes);
+    return p;
+}
 
-void cpu_free(ops_ctx *ctx, void *p) { free(p); }
+void cpu_free(ops_ctx *ctx, void *p) {
+    mem_count_remove(ctx, p);
+    free(p);
+}
 
 void *cpu_host_alloc(ops_ctx *ctx, size_t bytes) { return dk_calloc(1, bytes); }
 

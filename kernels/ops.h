@@ -83,6 +83,7 @@ typedef struct ops_ctx {
     void *lane[2];        /* cudaStream_t: the copy lanes up and down (ops_upload_lane), made on first use */
     void *lane_ev[2];     /* cudaEvent_t: their joins with `stream` */
     ops_tuning tuning;    /* pinned kernel choices for benchmarks and tests; all 0: automatic */
+    struct ops_mem_count *mem; /* live ops_alloc bytes (kernels/memory_count.c) */
 } ops_ctx;
 
 /* A point the host can wait for (ops_download_lane records it behind its
@@ -120,6 +121,12 @@ void ops_ctx_free(ops_ctx *ctx);
  * 77) or refuse where there is none. */
 int ops_cuda_available(void);
 const char *ops_device_name(dk_device d);
+/* Bytes ops_alloc has handed out on ctx and ops_free not yet taken back (the
+ * scratch and workspace the context makes for itself are not counted), and
+ * the most there were since the last ops_mem_peak_reset (or the start). */
+size_t ops_mem_bytes(ops_ctx *ctx);
+size_t ops_mem_peak(ops_ctx *ctx);
+void ops_mem_peak_reset(ops_ctx *ctx);
 /* "cpu" or "cuda", the words of the config's run.device; the command-line
  * programs (tools/bench/bench_train.c, tests/gpu/model_hf_dump.c) read
  * their --device with it. */

@@ -88,10 +88,20 @@ static unit_sums units_at(const model_config *mc, int w) {
     return u;
 }
 
+/* The most sequences a rank holds: RL splits the step's tasks over the
+ * ranks (rl_gather_task_range), each with its n_samples rollouts; SFT its
+ * sequences. */
+static int rank_seqs(const dk_config *cfg, int world) {
+    const int B = cfg->train.batch_size;
+    if (cfg->run.mode != DK_MODE_RL || cfg->rl.n_samples < 1) return (B + world - 1) / world;
+    const int S = cfg->rl.n_samples, tasks = B / S;
+    return (tasks + world - 1) / world * S;
+}
+
 /* The rank's micro-batch in tokens: trainer/micro_batch.h over the rank's
  * share of the step's sequences (all of them at world 1). */
 static dk_status rank_train_tokens(const dk_config *cfg, int world, int *out) {
-    const int B = cfg->train.batch_size, per_rank = (B + world - 1) / world;
+    const int B = cfg->train.batch_size, per_rank = rank_seqs(cfg, world);
     long tokens;
     if (cfg->run.mode == DK_MODE_EVAL) tokens = cfg->data.max_length; /* eval_run: one sequence */
     else tokens = micro_plan_make(cfg, per_rank, cfg->run.mode == DK_MODE_RL ? cfg->rl.mini_batches : 1).max_tokens;
@@ -112,11 +122,17 @@ static void put(mem_plan *p, mem_row r, size_t bytes, int train, int rollout) {
 
 dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, dk_device device,
                         size_t gpu_bytes, int train_tokens) {
+    return mem_plan_make_ex(p, cfg, mc, world, world > 1, device, gpu_bytes, train_tokens);
+}
+
+dk_status mem_plan_make_ex(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
+                           dk_device device, size_t gpu_bytes, int train_tokens) {
     memset(p, 0, sizeof *p);
     if (world < 1) return dk_fail(DK_ERR_USAGE, "memory plan: world size %d, must be at least 1", world);
     DK_TRY(model_config_validate(mc));
     const int rl = cfg->run.mode == DK_MODE_RL, eval = cfg->run.mode == DK_MODE_EVAL;
     p->world = world;
+    p->sharded = sharded = sharded || world > 1;
     p->device = device;
     p->act_size = device == DK_DEVICE_CPU ? sizeof(float) : 2;
     p->gpu_bytes = gpu_bytes;
@@ -133,7 +149,7 @@ dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *m
     const size_t A = p->act_size, F = sizeof(float);
     const unit_sums u = units_at(mc, world);
     p->largest_unit = u.largest;
-    const int has_optim = !eval, gathers = world > 1, cuda = device != DK_DEVICE_CPU;
+    const int has_optim = !eval, gathers = sharded, cuda = device != DK_DEVICE_CPU;
 
     /* What every phase keeps. */
     put(p, MEM_PARAMS, u.shard * A, 1, 1);
@@ -144,21 +160,28 @@ dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *m
     put(p, MEM_BLASLT, cuda ? MEM_PLAN_BLASLT_BYTES : 0, 1, 1);
     put(p, MEM_CONTEXT, cuda ? MEM_PLAN_CONTEXT_BYTES : 0, 1, 1);
 
-    /* The train phase: gather buffers and the model's activations. Eval
-     * never trains, but model_create plans the activations all the same. */
+    /* The train phase: gather buffers and the model's activations. A
+     * sharded RL run frees both for the rollout phase
+     * (run_setup_train_release); a replica keeps its activations, whose
+     * model owns the weights the engine reads. Eval never trains, but
+     * model_create plans the activations all the same. */
     put(p, MEM_GATHER_PARAMS, gathers ? u.working * A : 0, 1, 0);
     put(p, MEM_GATHER_GRADS, gathers ? u.working * F : 0, 1, 0);
-    put(p, MEM_ACTIVATIONS, mem_plan_model_acts(mc, p->train_tokens, p->recompute, A), 1, eval);
-    if (rl && cfg->rl.kl_coef > 0) /* rl_run: model_create(&ref, ..., recompute none) */
-        put(p, MEM_REFERENCE,
-            p->n_params * (A + F) + mem_plan_model_acts(mc, p->train_tokens, MODEL_RECOMPUTE_NONE, A), 1, 1);
+    put(p, MEM_ACTIVATIONS, mem_plan_model_acts(mc, p->train_tokens, p->recompute, A), 1, eval || !sharded);
+    if (rl && cfg->rl.kl_coef > 0) {
+        if (sharded) /* zero_keep_reference: act shards of its own */
+            put(p, MEM_REFERENCE, u.shard * A, 1, 1);
+        else /* rl_run: model_create(&ref, ..., recompute none) */
+            put(p, MEM_REFERENCE,
+                p->n_params * (A + F) + mem_plan_model_acts(mc, p->train_tokens, MODEL_RECOMPUTE_NONE, A), 1, 1);
+    }
 
     /* The engine as rollout_session_init configures it for the rank's
      * conversations; its ops share the context's scratch with the model's. */
     gen_config gc;
     size_t scratch = model_scratch_bytes(mc, p->train_tokens);
     if (rl || eval) {
-        p->rollout_seqs = (cfg->train.batch_size + world - 1) / world;
+        p->rollout_seqs = rank_seqs(cfg, world);
         rollout_session_gen_config(cfg, mc, p->rollout_seqs, &gc);
         p->step_tokens = gc.max_step_tokens;
         if (gc.max_batch > gc.max_step_tokens)

@@ -15,13 +15,16 @@
  * weights into an inference copy after each optimizer step; that copy, the
  * generation engine's buffers and the paged KV cache exist only in the
  * rollout phase, and the training activations and gather buffers only in the
- * train phase, so the two phases reuse the same memory and the peak is the
- * larger of them. In the rollout phase the KV cache takes what the other
- * items and the margin leave.
+ * train phase (trainer/rollout_session.h), so the two phases reuse the same
+ * memory and the peak is the larger of them. In the rollout phase the KV
+ * cache takes what the other items and the margin leave. The KL reference
+ * of a sharded run is one more act shard.
  *
- * At world 1 nothing is gathered: the shards are whole units and the engine
- * reads the training weights in place, which is what the single-GPU trainer
- * allocates. Sizes are bytes; the table prints GB of 10^9 bytes. */
+ * At world 1 a run is not sharded unless asked (DK_ZERO=1, mem_plan_make_ex):
+ * the shards are whole units, nothing is gathered, the engine reads the
+ * training weights in place and the model's activations stay through the
+ * rollout phase, which is what the single-GPU trainer allocates. Sizes are
+ * bytes; the table prints GB of 10^9 bytes. */
 #ifndef DK_TRAINER_MEM_PLAN_H
 #define DK_TRAINER_MEM_PLAN_H
 
@@ -62,6 +65,7 @@ typedef enum { MEM_TRAIN = 0, MEM_ROLLOUT = 1, MEM_PHASES = 2 } mem_phase;
 typedef struct {
     /* What was planned for. */
     int world;
+    int sharded;             /* ZeRO-3 (always at world > 1) */
     dk_device device;        /* the backend whose storage is planned (cuda: bf16 act) */
     size_t act_size;         /* bytes per act element */
     size_t gpu_bytes, margin_bytes;
@@ -105,6 +109,10 @@ size_t mem_plan_gen_acts(const model_config *mc, int max_tokens, int max_rows, s
  * size; a plan that does not fit is not a failure (p->fits says so). */
 dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, dk_device device,
                         size_t gpu_bytes, int train_tokens);
+/* As mem_plan_make; sharded = 1 plans ZeRO-3 at world 1 too (a run with
+ * DK_ZERO=1). mem_plan_make is this with sharded = world > 1. */
+dk_status mem_plan_make_ex(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
+                           dk_device device, size_t gpu_bytes, int train_tokens);
 
 const char *mem_plan_row_name(mem_row r);
 /* The table: one row per item, a column per phase, totals, the peak, the
@@ -122,8 +130,10 @@ int mem_plan_command(const dk_config *cfg, FILE *out);
  * (DK_ERR_USAGE) when it does not fit. */
 dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
                          const char *gpu_name);
-/* mem_plan_check on the total memory of CUDA device `gpu`; DK_OK where no
+/* mem_plan_check on the total memory of CUDA device `gpu`, sharded as
+ * mem_plan_make_ex says (a run with DK_ZERO=1 at world 1); DK_OK where no
  * GPU answers (context creation reports that). */
-dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int max_tokens);
+dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
+                                int max_tokens);
 
 #endif

@@ -124,10 +124,10 @@ int mem_plan_command(const dk_config *cfg, FILE *out) {
     return 1;
 }
 
-dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
-                         const char *gpu_name) {
+static dk_status check_plan(const dk_config *cfg, const model_config *mc, int world, int sharded, int max_tokens,
+                            size_t gpu_bytes, const char *gpu_name) {
     mem_plan p;
-    DK_TRY(mem_plan_make(&p, cfg, mc, world, DK_DEVICE_CUDA, gpu_bytes, max_tokens));
+    DK_TRY(mem_plan_make_ex(&p, cfg, mc, world, sharded, DK_DEVICE_CUDA, gpu_bytes, max_tokens));
     if (p.fits) return DK_OK;
     mem_plan_print(&p, stderr);
     return dk_fail(DK_ERR_USAGE,
@@ -137,10 +137,16 @@ dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world
                    gpu_name, gb(gpu_bytes));
 }
 
-dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int max_tokens) {
+dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
+                         const char *gpu_name) {
+    return check_plan(cfg, mc, world, world > 1, max_tokens, gpu_bytes, gpu_name);
+}
+
+dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
+                                int max_tokens) {
     const size_t total = device_total_bytes(gpu);
     if (!total) return DK_OK; /* no GPU answers: ops_ctx_init reports that */
     char name[32];
     snprintf(name, sizeof name, "gpu %d", gpu);
-    return mem_plan_check(cfg, mc, world, max_tokens, total, name);
+    return check_plan(cfg, mc, world, sharded, max_tokens, total, name);
 }

@@ -54,13 +54,17 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     comm_launch(NULL, NULL); /* a no-op after main's launch */
     const int world = comm_where().world;
     const char *force = getenv("DK_ZERO");
-    r->sharded = cfg->run.mode == DK_MODE_SFT && (world > 1 || (force && !strcmp(force, "1")));
+    const int trains = cfg->run.mode == DK_MODE_SFT || cfg->run.mode == DK_MODE_RL;
+    r->sharded = trains && (world > 1 || (force && !strcmp(force, "1")));
     if (cfg->run.device == DK_DEVICE_CPU) DK_TRY(check_fits(cfg, &mc, scratch, max_tokens, r->sharded, world));
     DK_TRY(run_setup_device(r, cfg, scratch));
     if (cfg->run.device == DK_DEVICE_CUDA)
-        DK_TRY(mem_plan_check_device(cfg, &mc, r->ctx.gpu, r->sharded ? world : 1, max_tokens));
-    DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, max_tokens, cfg->train.recompute, !r->sharded));
+        DK_TRY(mem_plan_check_device(cfg, &mc, r->ctx.gpu, r->sharded ? world : 1, r->sharded, max_tokens));
+    r->max_tokens = max_tokens;
+    r->recompute = (model_recompute)cfg->train.recompute;
+    DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, max_tokens, r->recompute, !r->sharded));
     r->model_ready = 1;
+    r->training = 1;
     if (r->sharded) {
         optim_config oc = run_setup_optim_config(cfg);
         DK_TRY(zero_init(&r->zero, &r->model, &r->comm, &oc));
@@ -148,9 +152,30 @@ dk_status run_setup_initial_weights(model *m, const dk_config *cfg) {
     return st == DK_OK ? DK_OK : dk_wrap(st, "[model] path = %s: ", cfg->model.path);
 }
 
+void run_setup_train_release(run_setup *r) {
+    if (!r->sharded || !r->training) return;
+    zero_working_release(&r->zero);
+    model_config mc = r->model.cfg;
+    param_layout pl = r->model.layout;
+    model_free(&r->model); /* the activations: the shards are zero's */
+    r->model.cfg = mc;     /* what the rollout phase still reads */
+    r->model.layout = pl;
+    r->model.ctx = &r->ctx;
+    r->training = 0;
+}
+
+dk_status run_setup_train_restore(run_setup *r) {
+    if (!r->sharded || r->training) return DK_OK;
+    model_config mc = r->model.cfg;
+    DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, r->max_tokens, r->recompute, 0));
+    zero_working_restore(&r->zero);
+    r->training = 1;
+    return DK_OK;
+}
+
 void run_setup_free(run_setup *r) {
     if (r->sharded && r->model_ready) zero_free(&r->zero);
-    if (r->model_ready) model_free(&r->model);
+    if (r->model_ready && r->training) model_free(&r->model);
     if (r->comm_ready) comm_close(&r->comm);
     if (r->ctx_ready) ops_ctx_free(&r->ctx);
     if (r->tok) tokenizer_free(r->tok);

@@ -103,6 +103,12 @@ void rl_metrics_write(metrics_log *ml, int step, const rl_step_summary *s, const
     metrics_add(ml, "step_s", step_s);
     metrics_add(ml, "rollout_tokens_per_s", rs->generate_s > 0 ? rs->sampled_tokens / rs->generate_s : 0);
     metrics_add(ml, "train_tokens_per_s", us->train_s > 0 ? us->train_tokens / us->train_s : 0);
+    metrics_add(ml, "mem_bytes", (double)us->mem_bytes);
+    metrics_add(ml, "mem_base", (double)us->mem_base);
+    metrics_add(ml, "mem_rollout_peak", (double)us->mem_rollout_peak);
+    metrics_add(ml, "mem_train_peak", (double)us->mem_train_peak);
+    metrics_add(ml, "mem_infer_copy", (double)us->mem_infer_copy);
+    metrics_add(ml, "mem_kv_cache", (double)us->mem_kv_cache);
     metrics_end(ml);
 }
 

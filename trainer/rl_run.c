@@ -7,16 +7,20 @@
  * Randomness is keyed by (seed, step, task, sample), so a resumed run rolls
  * out exactly what the uninterrupted one would have.
  *
- * Data parallel (mpirun -np N): every rank holds the whole policy and rolls
- * out a contiguous run of the step's tasks with its own engine; a pair's
- * draws are keyed as above, so it rolls out alike on any rank. The rollouts
- * are then gathered to every rank in global order (trainer/rl_gather.h), so
- * PRS, rewards and advantages are computed from the whole batch, identically
- * everywhere; each rank trains on its own sequences with global mini-batches
- * and denominators (trainer/rl_update.h) and the gradients are summed over
- * ranks, so every rank takes the same optimizer step and keeps the same
- * weights for its next rollouts. Rank 0 alone writes the metrics, the
- * rollouts and the checkpoints. */
+ * Data parallel (mpirun -np N): every rank rolls out a contiguous run of the
+ * step's tasks with its own engine; a pair's draws are keyed as above, so it
+ * rolls out alike on any rank. The rollouts are then gathered to every rank
+ * in global order (trainer/rl_gather.h), so PRS, rewards and advantages are
+ * computed from the whole batch, identically everywhere; each rank trains on
+ * its own sequences with global mini-batches and denominators
+ * (trainer/rl_update.h) and the gradients are summed over ranks, so every
+ * rank takes the same optimizer step and holds the same weights for its next
+ * rollouts. At world > 1 (or with DK_ZERO=1) the policy is sharded (ZeRO-3,
+ * trainer/zero.h): each rank keeps 1/N of the weights, masters, moments and
+ * gradients, and the rollout phase reads an inference copy gathered once
+ * per step (trainer/rollout_session.h says what each phase holds). Rank 0
+ * alone writes the metrics and the rollouts; a sharded checkpoint is written
+ * by every rank, its own slices. */
 #include "trainer/rl_run.h"
 
 #include <math.h>
@@ -41,6 +45,7 @@
 #include "trainer/run_logs.h"
 #include "trainer/rollout_session.h"
 #include "trainer/rl_update.h"
+#include "trainer/zero_ckpt.h"
 
 /* The task at slot i of the run: a keyed shuffle of the task set per pass. */
 static int task_at(const dk_config *cfg, long i, int n) {
@@ -81,13 +86,15 @@ static void rollout_stats_all_reduce(comm *c, rl_rollout_stats *rs) {
 dk_status rl_run(const dk_config *cfg) {
     DK_TRY(check_shape(cfg));
     const int B = cfg->train.batch_size, S = cfg->rl.n_samples, n_tasks = B / S, turns = cfg->rl.max_turns;
-    const micro_plan plan = micro_plan_make(cfg, B, cfg->rl.mini_batches);
     /* The policy being trained is the tempered one the rollouts sampled from. */
     const float inv_temp = cfg->rl.temperature > 0 ? (float)(1.0 / cfg->rl.temperature) : 1.0f;
     /* The engine decodes this rank's conversations only: size it (and, on
-     * the CPU, its KV cache) for the largest share of the batch. */
+     * the CPU, its KV cache) for the largest share of the batch; so are the
+     * micro-batches, which hold this rank's sequences only (the plan
+     * trainer/mem_plan.c makes). */
     const int world = comm_where().world;
     const int most_local = (n_tasks + world - 1) / world * S;
+    const micro_plan plan = micro_plan_make(cfg, most_local > 0 ? most_local : 1, cfg->rl.mini_batches);
     rollout_session ss;
     dk_status st = rollout_session_init(&ss, cfg, most_local > 0 ? most_local : 1, (int)plan.max_tokens);
     if (st != DK_OK) {
@@ -101,16 +108,30 @@ dk_status rl_run(const dk_config *cfg) {
     rl_gather_task_range(n_tasks, cm->rank, cm->world, &t0, &t1);
     const int n_local = (t1 - t0) * S;
     const model_config mc = m->cfg;
+    ops_ctx *ctx = &ss.r.ctx;
+    /* Sharded: the shards are the optimizer's state (zero_step); else optim.c's. */
+    zero *z = ss.r.sharded ? &ss.r.zero : NULL;
     optim opt;
-    optim_config oc = {(float)cfg->train.beta1, (float)cfg->train.beta2, (float)cfg->train.eps,
-                       (float)cfg->train.weight_decay, (float)cfg->train.grad_clip};
-    optim_init(&opt, &ss.r.ctx, &oc, &m->cfg, &m->params);
+    memset(&opt, 0, sizeof opt);
+    optim_config oc = run_setup_optim_config(cfg);
+    if (!z) optim_init(&opt, ctx, &oc, &m->cfg, &m->params);
     metrics_log ml = {0};
     model ref;
     int have_ref = 0;
     int start = 0;
-    if (st == DK_OK) st = ckpt_resume(cfg, m, &opt, &start);
-    if (st == DK_OK && cfg->rl.kl_coef > 0) {
+    ckpt_shards_io zio;
+    if (z) {
+        /* The frozen reference: the initial weights' act shards, kept before
+         * a resume replaces them (a resumed run gets the same reference). */
+        if (cfg->rl.kl_coef > 0) zero_keep_reference(z);
+        zio = zero_ckpt_io(z);
+        int t = zero_step_count(z);
+        st = ckpt_resume_shards(cfg, &m->cfg, &m->layout, &zio, &start, &t);
+        zero_set_step_count(z, t);
+    } else {
+        st = ckpt_resume(cfg, m, &opt, &start);
+    }
+    if (st == DK_OK && !z && cfg->rl.kl_coef > 0) {
         /* The frozen reference is the policy the run started from, rebuilt
          * from the same source (so a resumed run gets the same one). */
         st = model_create(&ref, &mc, &ss.r.ctx, (int)plan.max_tokens, 0);
@@ -144,6 +165,15 @@ dk_status rl_run(const dk_config *cfg) {
 
     for (int step = start; step < cfg->run.steps && st == DK_OK && !complete; step++) {
         double t_step = dk_now();
+        rl_update_stats us;
+        memset(&us, 0, sizeof us);
+        /* The rollout phase: the training buffers go first, so its peak is
+         * what it adds to what both phases keep (mem_base). */
+        run_setup_train_release(&ss.r);
+        us.mem_base = ops_mem_bytes(ctx);
+        ops_mem_peak_reset(ctx);
+        st = rollout_session_begin(&ss);
+        if (st != DK_OK) break;
         for (int i = 0; i < n_tasks; i++) {
             int k = task_at(cfg, (long)step * n_tasks + i, ss.es.n_tasks);
             batch_tasks[i] = ss.es.list[k];
@@ -198,7 +228,27 @@ dk_status rl_run(const dk_config *cfg) {
         /* This rank trains on the sequences it rolled out. */
         const size_t c0 = (size_t)t0 * S * turns;
         rl_batch_build(&b, ro + (size_t)t0 * S, n_local, turns, adv + c0, valid + c0);
-        if (have_ref) st = rl_forward_logprobs(&ref, &b, &plan, inv_temp, b.logp_ref, NULL);
+        /* What needs the rollouts' sequences, before the engine goes. */
+        rl_step_summary sum;
+        memset(&sum, 0, sizeof sum);
+        if (lead) {
+            rl_metrics_summarise(&sum, ro, B, turns, rewards, &ps);
+            sum.judge_lost = judge_lost;
+            st = rl_dump_rollouts(cfg->run.dir, step + 1, ro, B, batch_tasks, ss.r.tok);
+        }
+        rl_rollout_free(ss.eng, ro_local, n_local);
+        us.mem_infer_copy = ss.infer_bytes;
+        us.mem_kv_cache = ss.kv_bytes;
+        us.mem_rollout_peak = ops_mem_peak(ctx);
+        dk_status end = rollout_session_end(&ss); /* the train phase */
+        if (st == DK_OK) st = end;
+        ops_mem_peak_reset(ctx);
+        if (st == DK_OK && have_ref) st = rl_forward_logprobs(&ref, &b, &plan, inv_temp, b.logp_ref, NULL, NULL);
+        if (st == DK_OK && z && cfg->rl.kl_coef > 0) {
+            zero_use_reference(z, 1);
+            st = rl_forward_logprobs(m, &b, &plan, inv_temp, b.logp_ref, NULL, cm);
+            zero_use_reference(z, 0);
+        }
         rl_update_config uc;
         ppo_config_default(&uc.ppo);
         uc.ppo.clip_low = cfg->rl.clip_low;
@@ -216,30 +266,44 @@ dk_status rl_run(const dk_config *cfg) {
         uc.c = cm;
         uc.seq0 = t0 * S;
         uc.n_global = B;
-        rl_update_stats us;
-        if (st == DK_OK) st = rl_update(m, &opt, &b, &uc, &us);
+        uc.z = z;
+        if (st == DK_OK) {
+            rl_update_stats mem = us;
+            st = rl_update(m, &opt, &b, &uc, &us);
+            us.mem_infer_copy = mem.mem_infer_copy;
+            us.mem_kv_cache = mem.mem_kv_cache;
+            us.mem_rollout_peak = mem.mem_rollout_peak;
+            us.mem_base = mem.mem_base;
+        }
+        us.mem_train_peak = ops_mem_peak(ctx);
+        us.mem_bytes = ops_mem_bytes(ctx);
         if (st == DK_OK && lead) {
-            rl_step_summary sum;
-            rl_metrics_summarise(&sum, ro, B, turns, rewards, &ps);
-            sum.judge_lost = judge_lost;
             double step_s = dk_now() - t_step;
             rl_metrics_write(&ml, step + 1, &sum, &rs, &us, uc.lr, step_s);
             rl_metrics_print(step + 1, cfg->run.steps, &sum, &rs, &us, step_s);
-            st = rl_dump_rollouts(cfg->run.dir, step + 1, ro, B, batch_tasks, ss.r.tok);
         }
         rl_batch_free(&b);
-        rl_rollout_free(ss.eng, ro_local, n_local);
         if (cm->world > 1) rl_gather_free(ro, B);
         if (st != DK_OK) break;
         int every = cfg->ckpt.every;
-        /* Every rank holds the same weights and optimizer state: rank 0's are
-         * the job's. */
-        if (lead && ((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps)) {
+        if (!((every > 0 && (step + 1) % every == 0) || step + 1 == cfg->run.steps)) continue;
+        if (z) {
+            /* Every rank writes its slices; rank 0's failure to mark the
+             * logs reaches the others through the first sync of the save. */
+            ckpt_state cs = {step + 1, (long)(step + 1) * n_tasks, (uint64_t)cfg->run.seed, cm->world};
+            st = lead ? run_logs_mark(cfg->run.dir, step + 1) : DK_OK;
+            st = ckpt_shards_sync(&zio, st, "marking the logs");
+            if (st == DK_OK)
+                st = ckpt_save_shards(cfg->run.dir, &m->cfg, &m->layout, zero_step_count(z), &zio, cfg, &cs,
+                                      cfg->ckpt.keep, CKPT_MAX_SHARD_BYTES);
+        } else if (lead) {
+            /* Every rank holds the same weights and optimizer state: rank
+             * 0's are the job's. */
             ckpt_state cs = {step + 1, (long)(step + 1) * n_tasks, (uint64_t)cfg->run.seed, 1};
             st = run_logs_mark(cfg->run.dir, step + 1);
             if (st == DK_OK) st = ckpt_save(cfg->run.dir, m, &opt, cfg, &cs, cfg->ckpt.keep);
-            if (st == DK_OK) printf("checkpoint: %s/ckpt/step_%08d\n", cfg->run.dir, step + 1);
         }
+        if (st == DK_OK && lead) printf("checkpoint: %s/ckpt/step_%08d\n", cfg->run.dir, step + 1);
     }
     free(rewards);
     free(coverage);
@@ -252,7 +316,7 @@ dk_status rl_run(const dk_config *cfg) {
     free(ro_local);
     if (lead) metrics_close(&ml);
     if (have_ref) model_free(&ref);
-    optim_free(&opt, &ss.r.ctx);
+    if (!z) optim_free(&opt, ctx);
     rollout_session_free(&ss);
     return st;
 }

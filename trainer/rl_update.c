@@ -27,12 +27,56 @@ static int *seq_lens(const rl_batch *b) {
     return len;
 }
 
+/* x[n] := the largest value over ranks, in place. */
+static void max_over_ranks(comm *c, double *x, int n) {
+    if (c->world == 1) return;
+    double *all = NULL;
+    comm_all_gather_host(c, x, (size_t)n * sizeof(double), (void **)&all, NULL);
+    for (int r = 0; r < c->world; r++)
+        for (int i = 0; i < n; i++)
+            if (all[r * n + i] > x[i]) x[i] = all[r * n + i];
+    free(all);
+}
+
+/* Micro-batches of sequences [s0, s1). */
+static int micro_count(const micro_plan *plan, const int *len, int s0, int s1) {
+    int n = 0;
+    for (int a = s0; a < s1; a = micro_next(plan, len, a, s1)) n++;
+    return n;
+}
+
+/* The micro-batches a rank with n of its own runs in all: the most any rank
+ * has when the model is sharded (pad != NULL), whose gathers and scatters
+ * are collectives every rank must call alike; else its own. */
+static int micro_calls(comm *pad, int n) {
+    if (!pad) return n;
+    double x = n;
+    max_over_ranks(pad, &x, 1);
+    return (int)x;
+}
+
+/* What a rank runs in place of a micro-batch it does not have: one masked
+ * token forward (and backward with a zero dL/dlogprob, which adds nothing
+ * to the gradients). */
+static dk_status idle_micro(model *m, int backward) {
+    static const int32_t tok[1] = {0}, tgt[1] = {-1}, cu[2] = {0, 1};
+    model_batch mb = {1, 1, tok, NULL, cu, tgt};
+    DK_TRY(model_forward(m, &mb, 1.0f));
+    if (backward) {
+        ops_zero(m->ctx, m->dlogprob, sizeof(float));
+        model_backward(m, m->dlogprob, NULL);
+    }
+    return DK_OK;
+}
+
 dk_status rl_forward_logprobs(model *m, const rl_batch *b, const micro_plan *plan, float inv_temp, float *logp,
-                              float *entropy) {
+                              float *entropy, comm *pad) {
     int32_t *cu = dk_malloc(((size_t)b->n_seqs + 1) * sizeof(int32_t));
     int *len = seq_lens(b);
     dk_status st = DK_OK;
-    for (int s0 = 0, s1; s0 < b->n_seqs && st == DK_OK; s0 = s1) {
+    const int calls = micro_calls(pad, micro_count(plan, len, 0, b->n_seqs));
+    int done = 0;
+    for (int s0 = 0, s1; s0 < b->n_seqs && st == DK_OK; s0 = s1, done++) {
         s1 = micro_next(plan, len, s0, b->n_seqs);
         model_batch mb = micro(b, s0, s1, cu);
         st = model_forward(m, &mb, inv_temp);
@@ -41,6 +85,7 @@ dk_status rl_forward_logprobs(model *m, const rl_batch *b, const micro_plan *pla
         ops_download(m->ctx, logp + off, m->logprob, (size_t)mb.T * sizeof(float));
         if (entropy) ops_download(m->ctx, entropy + off, m->entropy, (size_t)mb.T * sizeof(float));
     }
+    for (; done < calls && st == DK_OK; done++) st = idle_micro(m, 0);
     free(cu);
     free(len);
     return st;
@@ -104,17 +149,6 @@ static void grads_all_reduce(comm *c, model *m) {
     if (m->grads.lm_head) comm_all_reduce(c, m->grads.lm_head, pl->lm_head_size, COMM_F32);
 }
 
-/* x[n] := the largest value over ranks, in place. */
-static void max_over_ranks(comm *c, double *x, int n) {
-    if (c->world == 1) return;
-    double *all = NULL;
-    comm_all_gather_host(c, x, (size_t)n * sizeof(double), (void **)&all, NULL);
-    for (int r = 0; r < c->world; r++)
-        for (int i = 0; i < n; i++)
-            if (all[r * n + i] > x[i]) x[i] = all[r * n + i];
-    free(all);
-}
-
 /* An epoch's statistics summed over ranks (weighted means stay weighted
  * sums until stats_finish), its maxima maximised. */
 static void stats_all_reduce(comm *c, ppo_stats *a, double *w_acc, double *loss_sum) {
@@ -147,7 +181,8 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
     memset(st, 0, sizeof *st);
     double t0 = dk_now();
     const int want_entropy = c->ppo.entropy_coef > 0;
-    DK_TRY(rl_forward_logprobs(m, b, &c->plan, c->inv_temp, b->logp_old, b->entropy));
+    comm *pad = c->z ? c->c : NULL;
+    DK_TRY(rl_forward_logprobs(m, b, &c->plan, c->inv_temp, b->logp_old, b->entropy, pad));
     double ent = 0;
     long n_masked = 0;
     for (long t = 0; t < b->T; t++)
@@ -199,7 +234,9 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
             double denom = c->ppo.agg == PPO_AGG_TOKEN_MEAN ? (double)N : (double)S;
             model_zero_grad(m);
             double mini_loss = 0;
-            for (int s0 = m0, s1; s0 < m1 && s == DK_OK; s0 = s1) {
+            const int calls = micro_calls(pad, micro_count(&c->plan, len, m0, m1));
+            int done = 0;
+            for (int s0 = m0, s1; s0 < m1 && s == DK_OK; s0 = s1, done++) {
                 s1 = micro_next(&c->plan, len, s0, m1);
                 model_batch mb = micro(b, s0, s1, cu);
                 s = model_forward(m, &mb, c->inv_temp);
@@ -219,9 +256,14 @@ dk_status rl_update(model *m, optim *o, rl_batch *b, const rl_update_config *c, 
                 model_backward(m, m->dlogprob, want_entropy ? m->dentropy : NULL);
                 st->train_tokens += mb.T;
             }
+            for (; done < calls && s == DK_OK; done++) s = idle_micro(m, 1);
             if (s != DK_OK) break;
-            if (world > 1) grads_all_reduce(c->c, m);
-            st->grad_norm = optim_step(o, m->ctx, &m->params, &m->grads, c->lr);
+            if (c->z) {
+                st->grad_norm = zero_step(c->z, c->lr);
+            } else {
+                if (world > 1) grads_all_reduce(c->c, m);
+                st->grad_norm = optim_step(o, m->ctx, &m->params, &m->grads, c->lr);
+            }
             st->optimizer_steps++;
             loss_sum += mini_loss;
             n_mini++;

@@ -37,9 +37,14 @@ dk_status rollout_session_init(rollout_session *s, const dk_config *cfg, int max
     rollout_session_gen_config(cfg, &mc, max_batch, &gc);
     int tokens = train_tokens > 0 ? train_tokens : cfg->data.max_length;
     DK_TRY(run_setup_init(&s->r, cfg, tokens, gen_scratch_bytes(&mc, &gc, cfg->run.device)));
-    /* The cache takes its share of what is free once the model is in. */
-    if (gc.cache_bytes == 0) gc.free_bytes = device_free_bytes(s->r.ctx.gpu);
-    DK_TRY(gen_create(&s->eng, &s->r.model, &gc));
+    s->gc = gc;
+    if (s->r.sharded) {
+        s->infer.cfg = s->r.model.cfg;
+        s->infer.layout = s->r.model.layout;
+        s->infer.ctx = &s->r.ctx;
+        s->infer.params.layers = dk_calloc((size_t)mc.n_layers, sizeof(void *));
+    }
+    if (cfg->run.mode != DK_MODE_RL) DK_TRY(rollout_session_begin(s));
     DK_TRY(load_template(cfg->rl.prompt_template, PROMPT_FIRST, &s->first_t));
     DK_TRY(load_template(cfg->rl.feedback_template, PROMPT_FOLLOWUP, &s->follow_t));
     DK_TRY(rl_env_setup_init(&s->es, cfg, &s->r.comm));
@@ -52,11 +57,43 @@ dk_status rollout_session_init(rollout_session *s, const dk_config *cfg, int max
     return DK_OK;
 }
 
+dk_status rollout_session_begin(rollout_session *s) {
+    if (s->eng) return DK_OK;
+    run_setup_train_release(&s->r);
+    model *m = &s->r.model;
+    if (s->r.sharded) {
+        s->infer_bytes = zero_full_bytes(&s->r.zero);
+        s->infer_buf = ops_alloc(&s->r.ctx, s->infer_bytes);
+        zero_gather_full(&s->r.zero, s->infer_buf, &s->infer.params);
+        m = &s->infer;
+    }
+    /* The cache takes its share of what is free once the rest is in. */
+    gen_config gc = s->gc;
+    if (gc.cache_bytes == 0) gc.free_bytes = device_free_bytes(s->r.ctx.gpu);
+    DK_TRY(gen_create(&s->eng, m, &gc));
+    const gen_config *got = gen_get_config(s->eng);
+    s->kv_bytes = (size_t)got->n_pages * gen_page_bytes(&m->cfg, &s->r.ctx, got->page_size);
+    return DK_OK;
+}
+
+dk_status rollout_session_end(rollout_session *s) {
+    if (s->eng) gen_free(s->eng);
+    s->eng = NULL;
+    if (s->infer_buf) {
+        ops_sync(&s->r.ctx);
+        ops_free(&s->r.ctx, s->infer_buf);
+        s->infer_buf = NULL;
+    }
+    return run_setup_train_restore(&s->r);
+}
+
 void rollout_session_free(rollout_session *s) {
     free(s->first_t);
     free(s->follow_t);
     rl_env_setup_free(&s->es);
     if (s->eng) gen_free(s->eng);
+    if (s->infer_buf) ops_free(&s->r.ctx, s->infer_buf);
+    free(s->infer.params.layers);
     run_setup_free(&s->r);
     memset(s, 0, sizeof *s);
 }

@@ -42,6 +42,53 @@ static void *dev(zero *z, size_t bytes) {
     return ops_alloc(z->ctx, bytes);
 }
 
+/* The train phase's working set: the gathered embedding, final norm and lm
+ * head (weights and gradients) and the two layer slots of each. */
+static void working_alloc(zero *z) {
+    const size_t A = ops_act_size(z->ctx);
+    const int W = z->c->world;
+    for (int i = 0; i < z->n_units; i++) {
+        int f = full_index(z, i);
+        if (f < 0) continue;
+        z->full_param[f] = dev(z, z->u[i].len * W * A);
+        z->full_grad[f] = dev(z, z->u[i].len * W * sizeof(float));
+    }
+    const size_t layer_padded = shard_padded(z->pl.layer_size, W);
+    for (int s = 0; s < 2; s++) {
+        z->slot_param[s] = dev(z, layer_padded * A);
+        z->slot_grad[s] = dev(z, layer_padded * sizeof(float));
+        z->slot_layer[s] = -1;
+    }
+    z->full_fresh = 0;
+    z->working = 1;
+}
+
+/* Waits for the gathers and scatters in flight and frees the working set. */
+static void working_free(zero *z) {
+    for (int s = 0; s < 2; s++) {
+        if (z->slot_req[s]) comm_wait(z->c, z->slot_req[s]);
+        if (z->grad_req[s]) comm_wait(z->c, z->grad_req[s]);
+        z->slot_req[s] = z->grad_req[s] = NULL;
+    }
+    ops_sync(z->ctx);
+    for (int f = 0; f < 3; f++) {
+        if (z->full_param[f]) ops_free(z->ctx, z->full_param[f]);
+        if (z->full_grad[f]) ops_free(z->ctx, z->full_grad[f]);
+        z->full_param[f] = NULL;
+        z->full_grad[f] = NULL;
+    }
+    for (int s = 0; s < 2; s++) {
+        ops_free(z->ctx, z->slot_param[s]);
+        ops_free(z->ctx, z->slot_grad[s]);
+        z->slot_param[s] = NULL;
+        z->slot_grad[s] = NULL;
+        z->slot_layer[s] = -1;
+    }
+    z->device_bytes -= zero_working_bytes(z);
+    z->full_fresh = 0;
+    z->working = 0;
+}
+
 dk_status zero_init(zero *z, model *m, comm *c, const optim_config *oc) {
     memset(z, 0, sizeof *z);
     if (m->own_params) DK_ABORT("zero_init: the model must be created with own_params = 0");
@@ -67,18 +114,14 @@ dk_status zero_init(zero *z, model *m, comm *c, const optim_config *oc) {
         u->v = dev(z, u->len * sizeof(float));
         u->grad = dev(z, u->len * sizeof(float));
     }
-    for (int i = 0; i < z->n_units; i++) {
-        int f = full_index(z, i);
-        if (f < 0) continue;
-        z->full_param[f] = dev(z, z->u[i].len * W * A);
-        z->full_grad[f] = dev(z, z->u[i].len * W * sizeof(float));
-    }
-    const size_t layer_padded = shard_padded(z->pl.layer_size, W);
-    for (int s = 0; s < 2; s++) {
-        z->slot_param[s] = dev(z, layer_padded * A);
-        z->slot_grad[s] = dev(z, layer_padded * sizeof(float));
-        z->slot_layer[s] = -1;
-    }
+    working_alloc(z);
+    zero_attach(z, m);
+    return DK_OK;
+}
+
+void zero_attach(zero *z, model *m) {
+    if (m->own_params) DK_ABORT("zero_attach: the model must be created with own_params = 0");
+    z->model = m;
     m->params.embed = z->full_param[0];
     m->params.final_norm = z->full_param[1];
     m->params.lm_head = z->full_param[2];
@@ -87,16 +130,12 @@ dk_status zero_init(zero *z, model *m, comm *c, const optim_config *oc) {
     m->grads.lm_head = z->full_grad[2];
     m->hooks.fn = zero_hook;
     m->hooks.user = z;
-    return DK_OK;
 }
 
 void zero_free(zero *z) {
     if (!z->u) return;
-    for (int s = 0; s < 2; s++) {
-        if (z->slot_req[s]) comm_wait(z->c, z->slot_req[s]);
-        if (z->grad_req[s]) comm_wait(z->c, z->grad_req[s]);
-    }
-    ops_sync(z->ctx);
+    if (z->working) working_free(z);
+    if (z->ref_on) zero_use_reference(z, 0);
     for (int i = 0; i < z->n_units; i++) {
         zero_unit *u = &z->u[i];
         ops_free(z->ctx, u->param);
@@ -104,18 +143,90 @@ void zero_free(zero *z) {
         ops_free(z->ctx, u->m);
         ops_free(z->ctx, u->v);
         ops_free(z->ctx, u->grad);
-    }
-    for (int f = 0; f < 3; f++) {
-        if (z->full_param[f]) ops_free(z->ctx, z->full_param[f]);
-        if (z->full_grad[f]) ops_free(z->ctx, z->full_grad[f]);
-    }
-    for (int s = 0; s < 2; s++) {
-        ops_free(z->ctx, z->slot_param[s]);
-        ops_free(z->ctx, z->slot_grad[s]);
+        if (u->ref) ops_free(z->ctx, u->ref);
     }
     free(z->u);
     z->model->hooks.fn = NULL;
     memset(z, 0, sizeof *z);
+}
+
+size_t zero_working_bytes(const zero *z) {
+    const size_t A = ops_act_size(z->ctx), W = (size_t)z->c->world;
+    size_t n = 2 * shard_padded(z->pl.layer_size, (int)W) * (A + sizeof(float));
+    for (int i = 0; i < z->n_units; i++)
+        if (full_index(z, i) >= 0) n += z->u[i].len * W * (A + sizeof(float));
+    return n;
+}
+
+void zero_working_release(zero *z) {
+    if (z->working) working_free(z);
+}
+
+void zero_working_restore(zero *z) {
+    if (z->working) return;
+    working_alloc(z);
+    zero_attach(z, z->model);
+}
+
+/* ---- the frozen reference ------------------------------------------------------ */
+
+void zero_keep_reference(zero *z) {
+    if (z->ref_on) DK_ABORT("zero_keep_reference: the reference is in use");
+    const size_t A = ops_act_size(z->ctx);
+    for (int i = 0; i < z->n_units; i++) {
+        zero_unit *u = &z->u[i];
+        if (!u->ref) u->ref = dev(z, u->len * A);
+        dist_copy(z->ctx, u->ref, u->param, u->len * A);
+    }
+    ops_sync(z->ctx);
+}
+
+void zero_use_reference(zero *z, int on) {
+    on = on != 0;
+    if (on == z->ref_on) return;
+    for (int i = 0; i < z->n_units; i++)
+        if (!z->u[i].ref) DK_ABORT("zero_use_reference: no reference kept (zero_keep_reference first)");
+    /* Gathers in flight read the shards being swapped. */
+    for (int s = 0; s < 2; s++)
+        if (z->slot_req[s]) {
+            comm_wait(z->c, z->slot_req[s]);
+            z->slot_req[s] = NULL;
+        }
+    for (int i = 0; i < z->n_units; i++) {
+        void *t = z->u[i].param;
+        z->u[i].param = z->u[i].ref;
+        z->u[i].ref = t;
+    }
+    z->ref_on = on;
+    z->full_fresh = 0;
+    z->slot_layer[0] = z->slot_layer[1] = -1;
+}
+
+/* ---- the inference copy -------------------------------------------------------- */
+
+size_t zero_full_bytes(const zero *z) {
+    size_t n = 0;
+    for (int i = 0; i < z->n_units; i++) n += z->u[i].len * (size_t)z->c->world;
+    return n * ops_act_size(z->ctx);
+}
+
+void zero_gather_full(zero *z, void *buf, param_buffers *out) {
+    const size_t A = ops_act_size(z->ctx);
+    char *p = buf;
+    out->n_layers = z->n_layers;
+    out->elem_size = A;
+    out->lm_head = NULL;
+    for (int i = 0; i < z->n_units; i++) {
+        const zero_unit *u = &z->u[i];
+        comm_all_gather(z->c, p, u->param, u->len * A);
+        switch (full_index(z, i)) {
+        case 0: out->embed = p; break;
+        case 1: out->final_norm = p; break;
+        case 2: out->lm_head = p; break;
+        default: out->layers[i - 1] = p;
+        }
+        p += u->len * (size_t)z->c->world * A;
+    }
 }
 
 /* ---- the schedule ---------------------------------------------------------- */
@@ -253,6 +364,7 @@ static void adamw_range(zero *z, zero_unit *u, size_t lo, size_t hi, int decay, 
 }
 
 double zero_step(zero *z, double lr) {
+    if (z->ref_on) DK_ABORT("zero_step: the frozen reference is in use");
     /* The units in optim_grad_norm's order, so world 1 sums alike. */
     double ss = 0.0;
     for (int i = 0; i < z->n_units; i++) ss += ops_sumsq(z->ctx, z->u[i].grad, z->u[i].end - z->u[i].begin);

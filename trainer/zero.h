@@ -38,6 +38,7 @@ typedef struct {
     void *param;         /* act [len] */
     float *master;       /* fp32 [len]; == (float *)param on fp32 backends */
     float *m, *v, *grad; /* fp32 [len] */
+    void *ref;           /* act [len]: the frozen reference's shard (zero_keep_reference), or NULL */
 } zero_unit;
 
 typedef struct zero {
@@ -59,6 +60,8 @@ typedef struct zero {
     comm_req *slot_req[2]; /* its gather, while in flight */
     comm_req *grad_req[2]; /* a grad slot's reduce-scatter, while in flight */
     int dir;               /* +1 forward, -1 backward: where the next layer is */
+    int working;           /* the working set (full_*, slot_*) is allocated */
+    int ref_on;            /* the reference's shards stand in for the parameters */
     size_t device_bytes;
 } zero;
 
@@ -67,6 +70,33 @@ typedef struct zero {
  * hooks. Parameters start at zero: zero_load_host next. */
 dk_status zero_init(zero *z, model *m, comm *c, const optim_config *oc);
 void zero_free(zero *z);
+
+/* Points m (created with own_params = 0, after a model_free and
+ * model_create_ex of the one zero_init had) at the working set and installs
+ * the hooks. */
+void zero_attach(zero *z, model *m);
+
+/* Phases (RL): the working set exists for training only. Release frees it
+ * (after the gathers and scatters in flight); restore makes it again and
+ * re-attaches z->model. Bytes: what the working set takes. */
+void zero_working_release(zero *z);
+void zero_working_restore(zero *z);
+size_t zero_working_bytes(const zero *z);
+
+/* The frozen KL reference, sharded like the parameters: keep copies the
+ * act shards as they are now (the run's initial weights) into shards of
+ * their own, 1/world of the model in the act dtype, no master, moments or
+ * gradients. use(1) makes every gather read the reference's shards, so the
+ * hooked model's forward is the reference's; use(0) goes back. No
+ * optimizer step while it is on. */
+void zero_keep_reference(zero *z);
+void zero_use_reference(zero *z, int on);
+
+/* The inference copy: every unit's act shards all-gathered (collective) into
+ * buf, zero_full_bytes long, one padded unit after the other; out's pointers
+ * (out->layers: n_layers slots the caller owns) land on the units. */
+size_t zero_full_bytes(const zero *z);
+void zero_gather_full(zero *z, void *buf, param_buffers *out);
 
 /* The model hook zero_init installs (user = z); a caller that wraps it (a
  * benchmark timing each layer) calls it from its own. */

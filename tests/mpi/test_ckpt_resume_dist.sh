@@ -15,9 +15,15 @@
 #   - a fresh start from model.path (the step-4 checkpoint's HF files, each
 #     rank reading only its slices): DK_ZERO=1 at world 1 bit-identical to
 #     the unsharded run (metrics and state), world 3 within the same bounds.
-# RL (configs/toy.ini, full replicas, rank 0 writes a world-1 checkpoint)
-# saved at world 2 at step 2 and resumed at worlds 1 and 3: rewards equal,
-# losses within 1e-5 relative (absolute below 1e-3) of an uninterrupted run of that size.
+# RL (configs/toy.ini; ZeRO-3 at world > 1, every rank writing its slices)
+# saved at world 2 at step 2:
+#   - resumed at world 2: steps 3-4 bit-identical to the uninterrupted run
+#     (metrics, timings aside, and the step-4 fp32 state);
+#   - resumed at world 1 (a replica) and with DK_ZERO=1: the two
+#     bit-identical to each other;
+#   - resumed at worlds 1 and 3: rewards equal, losses within 1e-5 relative
+#     (absolute below 1e-3) of an uninterrupted run of that size, the final
+#     masters within 2e-5 absolute.
 set -eu
 . "$(dirname "$0")/mpirun.sh"
 py="${DK_PYTHON:-.venv/bin/python}"
@@ -40,8 +46,10 @@ sft h3 3 model.path="$hf" ckpt.resume=none
 grep -q "resharded $c from 2 ranks to 3" "$dir/r3.log" || { cat "$dir/r3.log"; echo "FAIL: r3 did not reshard"; exit 1; }
 rl t2 2 ckpt.every=2 ckpt.keep=0 ckpt.resume=none
 c=$dir/t2/ckpt/step_00000002
+rl tr2 2 ckpt.resume="$c"
 rl tw1 1 ckpt.resume=none
 rl tr1 1 ckpt.resume="$c"
+DK_ZERO=1 rl tr1z 1 ckpt.resume="$c"
 rl tw3 3 ckpt.resume=none
 rl tr3 3 ckpt.resume="$c"
 PYTHONPATH="$(dirname "$0")" "$py" - "$dir" <<'PY'
@@ -91,7 +99,20 @@ assert len(ra) == len(rb) == 4 and rel < 1e-5 and dw < 2e-5
 for n in ("w2", "r3"):
     files = sorted(os.listdir(f"{d}/{n}"))
     assert "weights" not in files and "ckpt" in files, f"{n}: run dir holds {files}"
+compare(rows("t2"), rows("tr2"), True, "rl tr2")
+assert os_.equal(state("t2"), state("tr2")), "rl tr2: step-4 optimizer state differs from the uninterrupted run"
+print("rl: saved at 2, resumed at 2: metrics and fp32 state bit-identical")
+# A replica and shards at world 1 differ only in what memory they count.
+ra, rb = rows("tr1"), rows("tr1z")
+assert [{k: v for k, v in x.items() if not timing(k) and not k.startswith("mem_")} for x in ra] == \
+       [{k: v for k, v in x.items() if not timing(k) and not k.startswith("mem_")} for x in rb], \
+    "rl resumed at 1, DK_ZERO=1 vs replica: metrics differ"
+assert os_.equal(state("tr1"), state("tr1z")), "rl resumed at 1, DK_ZERO=1 vs replica: fp32 state differs"
+print("rl: resumed at 1 sharded == replica: bit-identical")
 for w in (1, 3):
     rel = compare(rows(f"tw{w}"), rows(f"tr{w}"), False, f"rl tr{w}")
-    print(f"rl: saved at 2, resumed at {w}: rewards equal, max relative difference {rel:.2e}")
+    dw = os_.max_diff(state(f"tw{w}"), state(f"tr{w}"), "master")
+    print(f"rl: saved at 2, resumed at {w}: rewards equal, max relative difference {rel:.2e}, "
+          f"max master diff {dw:.2e}")
+    assert dw < 2e-5, f"rl tr{w}: masters differ by {dw}"
 PY

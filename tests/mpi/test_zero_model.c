@@ -16,8 +16,17 @@
  *     bit at world 1, else within 1e-6 + 1e-5 relative);
  *   - the shard API round-trips m, v and params;
  *   - the memory plan (trainer/mem_plan.h) of the same shape on the CPU
- *     backend counts, to the byte, the shards and (world > 1) the gathered
- *     working set that zero_init allocates.
+ *     backend, sharded (mem_plan_make_ex, at world 1 too), counts to the
+ *     byte the shards and the gathered working set that zero_init
+ *     allocates, and so does ops_mem_bytes;
+ *   - the inference copy (zero_gather_full) is every unit whole, bit for
+ *     bit the gathered masters (fp32 on the CPU), padding zero;
+ *   - the frozen reference (zero_keep_reference before the step): with it
+ *     swapped in, the forward after the step gives the first forward's
+ *     logprobs bit for bit; swapped out, the stepped model's again;
+ *   - the working set released (with the model's activations, as the RL
+ *     rollout phase does) frees exactly zero_working_bytes, and restored,
+ *     the forward gives the same logprobs bit for bit.
  * Runs at world 1 alone and at 2 and 3 ranks (tests/mpi/test_zero.sh). */
 #include <math.h>
 #include <stdlib.h>
@@ -51,7 +60,10 @@ static void run_arch(comm *c, ops_ctx *ctx, dk_arch arch) {
     param_init_random(&host, &ref.layout, &mc, 5, 0.3f);
     optim_config oc = {0.9f, 0.95f, 1e-3f, 0.1f, 0.5f};
     zero z;
+    const size_t mem0 = ops_mem_bytes(ctx);
     DK_ASSERT(zero_init(&z, &sh, c, &oc) == DK_OK);
+    CHECK(ops_mem_bytes(ctx) - mem0 == z.device_bytes, "%s: ops_mem_bytes grew by %zu, zero_init counts %zu", name,
+          ops_mem_bytes(ctx) - mem0, z.device_bytes);
     zero_load_host(&z, &host);
     CHECK(z.n_units == mc.n_layers + 2 + !mc.tie_embeddings, "%s: %d units", name, z.n_units);
     {
@@ -59,19 +71,15 @@ static void run_arch(comm *c, ops_ctx *ctx, dk_arch arch) {
         config_defaults(&cfg);
         cfg.run.mode = DK_MODE_SFT;
         mem_plan p;
-        DK_ASSERT(mem_plan_make(&p, &cfg, &mc, W, DK_DEVICE_CPU, (size_t)80e9, 64) == DK_OK);
+        DK_ASSERT(mem_plan_make_ex(&p, &cfg, &mc, W, 1, DK_DEVICE_CPU, (size_t)80e9, 64) == DK_OK);
         size_t shards = 0, gathered = p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN] + p.bytes[MEM_GATHER_GRADS][MEM_TRAIN];
         for (int r = MEM_PARAMS; r <= MEM_GRADS; r++) shards += p.bytes[r][MEM_TRAIN];
-        /* At world 1 the plan is the unsharded trainer's (nothing gathered);
-         * zero there (DK_ZERO=1, a check mode) still keeps its working set. */
-        size_t want = z.device_bytes;
-        if (W == 1)
-            want -= (shard_padded(z.pl.embed_size, 1) + shard_padded(z.pl.final_norm_size, 1) +
-                     shard_padded(z.pl.lm_head_size, 1) + 2 * shard_padded(z.pl.layer_size, 1)) *
-                    2 * sizeof(float);
-        CHECK(shards + gathered == want, "%s, world %d: the plan has %zu + %zu bytes, zero_init allocated %zu", name,
-              W, shards, gathered, want);
+        CHECK(shards + gathered == z.device_bytes, "%s, world %d: the plan has %zu + %zu bytes, zero_init allocated %zu",
+              name, W, shards, gathered, z.device_bytes);
+        CHECK(gathered == zero_working_bytes(&z), "%s, world %d: the plan gathers %zu bytes, the working set is %zu",
+              name, W, gathered, zero_working_bytes(&z));
     }
+    zero_keep_reference(&z);
 
     for (int u = 0; u < z.n_units; u++) {
         size_t n, b, e, wb, we;
@@ -93,7 +101,7 @@ static void run_arch(comm *c, ops_ctx *ctx, dk_arch arch) {
         tgt[i] = i % 5 == 4 ? -1 : (i * 13 + 3) % mc.vocab_size;
     }
     model_batch mb[2] = {{12, 2, tok, NULL, cu1, tgt}, {9, 1, tok + 3, NULL, cu2, tgt + 3}};
-    float dl[16], lp_ref[16], lp_sh[16];
+    float dl[16], lp_ref[16], lp_sh[16], lp0[16];
     model_zero_grad(&ref);
     model_zero_grad(&sh);
     for (int k = 0; k < 2; k++) {
@@ -103,6 +111,7 @@ static void run_arch(comm *c, ops_ctx *ctx, dk_arch arch) {
         memcpy(lp_ref, ref.logprob, T * sizeof(float));
         memcpy(lp_sh, sh.logprob, T * sizeof(float));
         CHECK(!memcmp(lp_ref, lp_sh, T * sizeof(float)), "%s micro-batch %d: sharded logprobs differ", name, k);
+        if (k == 0) memcpy(lp0, lp_sh, T * sizeof(float));
         for (int t = 0; t < T; t++) dl[t] = -1.0f;
         memcpy(ref.dlogprob, dl, T * sizeof(float));
         model_backward(&ref, ref.dlogprob, NULL);
@@ -146,6 +155,54 @@ static void run_arch(comm *c, ops_ctx *ctx, dk_arch arch) {
     }
     CHECK(bad == 0, "%s: %d parameters differ after one AdamW step (worst %.2e)", name, bad, worst);
     CHECK(zero_step_count(&z) == 1, "%s: step count %d", name, zero_step_count(&z));
+
+    /* The inference copy: every unit whole, then its padding. */
+    {
+        void *buf = ops_alloc(ctx, zero_full_bytes(&z));
+        param_buffers inf = {0};
+        inf.layers = dk_calloc((size_t)mc.n_layers, sizeof(void *));
+        zero_gather_full(&z, buf, &inf);
+        size_t at = 0;
+        bad = 0;
+        for (int u = 0; u < z.n_units; u++) {
+            const float *a = unit_of(&inf, mc.n_layers, u), *b = unit_of(&got, mc.n_layers, u);
+            bad += a != (const float *)buf + at;
+            bad += memcmp(a, b, z.u[u].n * sizeof(float)) != 0;
+            for (size_t i = z.u[u].n; i < z.u[u].len * (size_t)W; i++) bad += a[i] != 0.0f;
+            at += z.u[u].len * (size_t)W;
+        }
+        CHECK(bad == 0 && at * sizeof(float) == zero_full_bytes(&z) && inf.elem_size == sizeof(float),
+              "%s: the inference copy is not the gathered weights unit by unit (%d bad)", name, bad);
+        free(inf.layers);
+        ops_free(ctx, buf);
+    }
+    /* The reference swapped in and out; the working set released and made
+     * again around a model re-created, as an RL step's phases do. */
+    {
+        const int T = mb[0].T;
+        float lp_after[16], lp[16];
+        DK_ASSERT(model_forward(&sh, &mb[0], 1.0f) == DK_OK);
+        memcpy(lp_after, sh.logprob, T * sizeof(float));
+        CHECK(memcmp(lp_after, lp0, T * sizeof(float)), "%s: the step left the logprobs as they were", name);
+        zero_use_reference(&z, 1);
+        DK_ASSERT(model_forward(&sh, &mb[0], 1.0f) == DK_OK);
+        CHECK(!memcmp(sh.logprob, lp0, T * sizeof(float)), "%s: the reference's logprobs are not the first ones", name);
+        zero_use_reference(&z, 0);
+        DK_ASSERT(model_forward(&sh, &mb[0], 1.0f) == DK_OK);
+        CHECK(!memcmp(sh.logprob, lp_after, T * sizeof(float)), "%s: swapped back, the logprobs changed", name);
+        const size_t before = ops_mem_bytes(ctx), working = zero_working_bytes(&z), dev = z.device_bytes;
+        zero_working_release(&z);
+        CHECK(before - ops_mem_bytes(ctx) == working && z.device_bytes == dev - working,
+              "%s: releasing the working set freed %zu bytes, want %zu", name, before - ops_mem_bytes(ctx), working);
+        model_free(&sh);
+        DK_ASSERT(model_create_ex(&sh, &mc, ctx, 64, MODEL_RECOMPUTE_LAYER, 0) == DK_OK);
+        zero_working_restore(&z);
+        CHECK(ops_mem_bytes(ctx) == before && z.device_bytes == dev, "%s: restored, %zu bytes allocated, were %zu", name,
+              ops_mem_bytes(ctx), before);
+        DK_ASSERT(model_forward(&sh, &mb[0], 1.0f) == DK_OK);
+        memcpy(lp, sh.logprob, T * sizeof(float));
+        CHECK(!memcmp(lp, lp_after, T * sizeof(float)), "%s: restored, the logprobs changed", name);
+    }
 
     /* The shard API round-trips, and a set param is what the next gather sees. */
     for (int u = 0; u < z.n_units; u++) {

@@ -106,8 +106,27 @@ static void test_shards(void) {
         CHECK(p.bytes[MEM_INFER_COPY][MEM_ROLLOUT] == 2 * want[i].padded && p.bytes[MEM_INFER_COPY][MEM_TRAIN] == 0,
               "world %zu: inference copy %zu bytes, want %zu (rollout only)", w, p.bytes[MEM_INFER_COPY][MEM_ROLLOUT],
               2 * want[i].padded);
-        CHECK(p.bytes[MEM_ACTIVATIONS][MEM_ROLLOUT] == 0 && p.bytes[MEM_KV_CACHE][MEM_TRAIN] == 0,
-              "world %zu: activations and KV cache each belong to one phase", w);
+        /* A replica (world 1) keeps its activations through the rollout
+         * phase; a sharded run frees them for it. */
+        CHECK(p.bytes[MEM_ACTIVATIONS][MEM_ROLLOUT] == (w == 1 ? p.bytes[MEM_ACTIVATIONS][MEM_TRAIN] : 0) &&
+                  p.bytes[MEM_KV_CACHE][MEM_TRAIN] == 0,
+              "world %zu: activations %zu bytes in the rollout phase, KV cache %zu in the train phase", w,
+              p.bytes[MEM_ACTIVATIONS][MEM_ROLLOUT], p.bytes[MEM_KV_CACHE][MEM_TRAIN]);
+        if (w != 1) continue;
+        /* Sharded at world 1 (DK_ZERO=1): whole units, but gathered like any
+         * world's: the working set, the inference copy, activations in the
+         * train phase only; the KL reference one act shard. */
+        cfg.rl.kl_coef = 0.1;
+        must(mem_plan_make_ex(&p, &cfg, &mc, 1, 1, DK_DEVICE_CUDA, (size_t)80e9, 0), "mem_plan_make_ex");
+        const size_t n = want[i].shard;
+        CHECK(p.sharded && p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN] == 2 * n && p.bytes[MEM_GATHER_GRADS][MEM_TRAIN] == 4 * n &&
+                  p.bytes[MEM_INFER_COPY][MEM_ROLLOUT] == 2 * n && p.bytes[MEM_ACTIVATIONS][MEM_ROLLOUT] == 0 &&
+                  p.bytes[MEM_REFERENCE][MEM_TRAIN] == 2 * n && p.bytes[MEM_REFERENCE][MEM_ROLLOUT] == 2 * n,
+              "sharded world 1: gathered %zu + %zu, inference copy %zu, rollout activations %zu, reference %zu "
+              "bytes; want %zu + %zu, %zu, 0, %zu",
+              p.bytes[MEM_GATHER_PARAMS][MEM_TRAIN], p.bytes[MEM_GATHER_GRADS][MEM_TRAIN],
+              p.bytes[MEM_INFER_COPY][MEM_ROLLOUT], p.bytes[MEM_ACTIVATIONS][MEM_ROLLOUT],
+              p.bytes[MEM_REFERENCE][MEM_TRAIN], 2 * n, 4 * n, 2 * n, 2 * n);
     }
     {   /* Three layers: only two layer slots are gathered. */
         const char *ov[] = {SMALL_SHAPE, "model.n_layers=3", "run.mode=sft", "data.max_length=16",
@@ -233,11 +252,12 @@ static void test_rank_batch_and_fit(void) {
     load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
     mem_plan p;
     must(mem_plan_make(&p, &cfg, &mc, 3, DK_DEVICE_CUDA, (size_t)10e9, 0), "mem_plan_make");
-    CHECK(p.rollout_seqs == 3 && p.train_tokens == 3 * 16, "world 3 of 8: %d conversations, %d tokens; want 3, 48",
+    /* 4 tasks of 2 samples over 3 ranks: the first takes 2 tasks, 4 rollouts. */
+    CHECK(p.rollout_seqs == 4 && p.train_tokens == 4 * 16, "world 3 of 8: %d conversations, %d tokens; want 4, 64",
           p.rollout_seqs, p.train_tokens);
     /* 2 x 2 layers x 1 kv head x head_dim 2 x 2 bytes */
     CHECK(p.kv_token_bytes == 16, "KV bytes per token %zu, want 16", p.kv_token_bytes);
-    CHECK(p.kv_need_one == 16 && p.kv_need_all == 48, "KV need %ld / %ld tokens, want 16 / 48", p.kv_need_one,
+    CHECK(p.kv_need_one == 16 && p.kv_need_all == 64, "KV need %ld / %ld tokens, want 16 / 64", p.kv_need_one,
           p.kv_need_all);
     /* The cache is whole 16-token pages of what is left above the margin. */
     const size_t page = 16 * 16, others = p.total[MEM_ROLLOUT] - p.bytes[MEM_KV_CACHE][MEM_ROLLOUT];
