@@ -9,10 +9,11 @@
 #     kernelgym.workers worker(s) (a log line per node, distinct pids), and
 #     together they judged every answer; once the job ended no worker and
 #     no Redis of it is left;
-#   - a long run at world 2 over 2 nodes where rank 1 (node 1) is killed
-#     with SIGKILL once both nodes' workers run: the job exits non-zero
-#     within 20 s and, within 15 s more, every worker of both nodes and the
-#     Redis are gone.
+#   - a long run at world 2 over 2 nodes where rank 1 (node 1), then in
+#     another run rank 0 (node 0, Redis's), is killed with SIGKILL once
+#     both nodes' workers run: the job exits non-zero
+#     within 20 s and, within 15 s more, the Redis, every worker of both
+#     nodes and every process below them (the harness servers) are gone.
 # Also: kernelgym.gpu_memory_gb for a CPU or an external fleet, and a bad
 # DK_TEST_NODES, are refused with exit 2 naming the key. Exits 77 without
 # redis-server.
@@ -31,12 +32,22 @@ fleet_pids() {
     sed -n 's/.*(private, pid \([0-9]*\)).*/\1/p' "$1"
 }
 
-# Waits up to $2 s for every pid of log $1's fleet to be gone.
+# The pids given and all their descendants (a worker's harness server and
+# its children), while they run.
+descendants() {
+    local p
+    for p in "$@"; do
+        echo "$p"
+        descendants $(pgrep -P "$p" || true)
+    done
+}
+
+# Waits up to $2 s for every pid of log $1's fleet, and the pids in $3, to be gone.
 fleet_gone() {
-    local log=$1 bound=$2 p left i
+    local log=$1 bound=$2 more=${3:-} p left i
     for i in $(seq $((bound * 10))); do
         left=""
-        for p in $(fleet_pids "$log"); do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+        for p in $(fleet_pids "$log") $more; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
         [ -z "$left" ] && return 0
         sleep 0.1
     done
@@ -95,26 +106,33 @@ assert len(jobs) == 2 and sum(jobs) == judged, f"workers that left: {jobs}; answ
 print(f"2 nodes == world 1 over {len(rb)} rollouts; {judged} answers judged by the workers of two nodes {jobs}")
 PY
 
-# Rank 1 dies: the job and both nodes' fleets end.
-dk_mpirun 2 -x DK_TEST_NODES=2 "$train" configs/tiny.ini run.dir="$dir/kill" model.path="$ck" run.steps=100000 \
-    ckpt.every=0 dist.timeout_s=5 > "$dir/kill.log" 2>&1 &
-job=$!
-for i in $(seq 1200); do
-    [ "$(grep -c '^kernelgym: node' "$dir/kill.log")" = 2 ] && break
-    kill -0 "$job" 2>/dev/null || { cat "$dir/kill.log"; echo "FAIL: the run ended before its fleet started"; exit 1; }
-    sleep 0.1
-done
-victim=$(sed -n 's/^kernelgym: node 1 of 2 (rank 1, pid \([0-9]*\)).*/\1/p' "$dir/kill.log")
-[ -n "$victim" ] || { cat "$dir/kill.log"; echo "FAIL: node 1 never started its workers"; exit 1; }
-sleep 2 # the workers take jobs
-t0=$(date +%s.%N)
-kill -9 "$victim"
-rc=0
-wait "$job" || rc=$?
-job=""
-took=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }")
-echo "rank 1 killed: the job exited $rc after $took s"
-[ "$rc" != 0 ] || { cat "$dir/kill.log"; echo "FAIL: the job exited 0"; exit 1; }
-awk "BEGIN { exit !($took < 20) }" || { echo "FAIL: the job took $took s to end, the bound is 20"; exit 1; }
-fleet_gone "$dir/kill.log" 15
-echo "rank 1 killed: every worker ($(fleet_pids "$dir/kill.log" | wc -w) processes with the Redis) ended with the job"
+# RANK (node RANK) dies with SIGKILL once both nodes' workers run: the job
+# ends within 20 s, and its whole fleet within 15 s more.
+kill_rank() {
+    local r=$1 name="kill$1" victim tree t0 rc took i
+    dk_mpirun 2 -x DK_TEST_NODES=2 "$train" configs/tiny.ini run.dir="$dir/$name" model.path="$ck" \
+        run.steps=100000 ckpt.every=0 dist.timeout_s=5 > "$dir/$name.log" 2>&1 &
+    job=$!
+    for i in $(seq 1200); do
+        [ "$(grep -c '^kernelgym: node' "$dir/$name.log")" = 2 ] && break
+        kill -0 "$job" 2>/dev/null || { cat "$dir/$name.log"; echo "FAIL: $name ended before its fleet started"; exit 1; }
+        sleep 0.1
+    done
+    victim=$(sed -n "s/^kernelgym: node $r of 2 (rank $r, pid \([0-9]*\)).*/\1/p" "$dir/$name.log")
+    [ -n "$victim" ] || { cat "$dir/$name.log"; echo "FAIL: $name: node $r never started its workers"; exit 1; }
+    sleep 2 # the workers take jobs
+    tree=$(descendants $(fleet_pids "$dir/$name.log"))
+    t0=$(date +%s.%N)
+    kill -9 "$victim"
+    rc=0
+    wait "$job" || rc=$?
+    job=""
+    took=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }")
+    echo "rank $r killed: the job exited $rc after $took s"
+    [ "$rc" != 0 ] || { cat "$dir/$name.log"; echo "FAIL: $name exited 0"; exit 1; }
+    awk "BEGIN { exit !($took < 20) }" || { echo "FAIL: $name took $took s to end, the bound is 20"; exit 1; }
+    fleet_gone "$dir/$name.log" 15 "$tree"
+    echo "rank $r killed: the Redis, the workers and their harnesses ($(echo $tree | wc -w) processes) ended with the job"
+}
+kill_rank 1
+kill_rank 0
