@@ -26,6 +26,7 @@
 
 #include "common/util.h"
 #include "dist/comm_internal.h"
+#include "dist/copy.h"
 
 typedef struct {
     pthread_t thread;
@@ -67,6 +68,7 @@ static void issue(comm *c, comm_req *r) {
 static void *progress_main(void *arg) {
     comm *c = arg;
     mpi_state *ms = c->impl->backend;
+    dist_use_device(c->ctx);
     for (;;) {
         pthread_mutex_lock(&ms->mu);
         while (!ms->count && !ms->stop) pthread_cond_wait(&ms->work, &ms->mu);
