@@ -78,21 +78,11 @@ dk_mpirun 2 -x DK_TEST_NODES=2 "$train" configs/tiny.ini run.dir="$dir/w2" model
     > "$dir/w2.log" 2>&1 || { cat "$dir/w2.log"; echo "FAIL: run w2"; exit 1; }
 grep "^kernelgym: \|^step " "$dir/w2.log"
 fleet_gone "$dir/w2.log" 15
-"$py" - "$dir" <<'PY'
-import json, re, sys
-d = sys.argv[1]
-def rows(n, f): return [json.loads(l) for l in open(f"{d}/{n}/{f}")]
-a, b = rows("w1", "metrics.jsonl"), rows("w2", "metrics.jsonl")
-assert [r["step"] for r in b] == [1], f"world 2 metrics.jsonl has steps {[r['step'] for r in b]}"
-for k in ("reward_mean", "reward_mean_turn1", "reward_mean_turn2", "correct_rate", "compile_error_rate",
-          "no_code_rate", "response_len_mean"):
-    assert a[0][k] == b[0][k], f"{k}: {b[0][k]} over 2 nodes, {a[0][k]} at world 1"
-ra, rb = rows("w1", "rollouts.jsonl"), rows("w2", "rollouts.jsonl")
-assert len(rb) == 4, f"world 2 rollouts.jsonl has {len(rb)} rows, not 4"
-assert ra == rb, "the rollouts over 2 nodes differ from world 1's"
-judged = sum(t["outcome"] != "no_code" for r in rb for t in r["turns"])
-assert judged > 0, "no answer reached KernelGym"
-log = open(f"{d}/w2.log").read()
+judged=$("$py" "$(dirname "$0")/kg_same_run.py" "$dir/w1" "$dir/w2" 4)
+"$py" - "$dir/w2.log" "$judged" <<'PY'
+import re, sys
+judged = int(sys.argv[2])
+log = open(sys.argv[1]).read()
 nodes = re.findall(r"^kernelgym: node (\d) of (\d) \(rank (\d), pid \d+\): (\d+) cpu worker\(s\), pids ([\d ]+); "
                    r"Redis (\S+)", log, re.M)
 assert sorted((n[0], n[1], n[2]) for n in nodes) == [("0", "2", "0"), ("1", "2", "1")], f"node lines: {nodes}"
@@ -103,7 +93,7 @@ assert len(urls) == 1 and re.fullmatch(r"redis://:\*\*\*@[\d.]+:\d+", urls.pop()
 assert not re.search(r"redis://:[0-9a-f]{16,}@", log), "the Redis password is in the log"
 jobs = [int(n) for n in re.findall(r"kernelgym worker \S+: left after (\d+) job", log)]
 assert len(jobs) == 2 and sum(jobs) == judged, f"workers that left: {jobs}; answers judged: {judged}"
-print(f"2 nodes == world 1 over {len(rb)} rollouts; {judged} answers judged by the workers of two nodes {jobs}")
+print(f"2 nodes == world 1 over 4 rollouts; {judged} answers judged by the workers of two nodes {jobs}")
 PY
 
 # RANK (node RANK) dies with SIGKILL once both nodes' workers run: the job
