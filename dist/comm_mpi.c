@@ -16,7 +16,8 @@
  * caller's thread still runs the host collectives (comm_all_reduce_host, on
  * their own communicator) and the arrival announcements. Where MPI grants
  * less, the backend says so once and runs each collective on the caller's
- * thread, issued at once and polled in comm_wait. */
+ * thread, issued at once and polled in comm_wait; DK_COMM_SYNC=1 asks for
+ * that path too (to measure what the thread gains). */
 #define _POSIX_C_SOURCE 200809L
 #include <limits.h>
 #include <pthread.h>
@@ -98,10 +99,12 @@ static dk_status mpi_open(comm *c) {
     pthread_cond_init(&ms->work, NULL);
     pthread_cond_init(&ms->done, NULL);
     static int noted;
-    if (comm_thread_level() < MPI_THREAD_MULTIPLE) {
+    const char *sync = getenv("DK_COMM_SYNC");
+    const int want_sync = sync && !strcmp(sync, "1");
+    if (want_sync || comm_thread_level() < MPI_THREAD_MULTIPLE) {
         if (!noted++ && c->rank == 0)
-            fprintf(stderr, "comm (mpi): MPI grants no MPI_THREAD_MULTIPLE here; collectives run on the caller's "
-                            "thread and do not overlap compute\n");
+            fprintf(stderr, "comm (mpi): %s; collectives run on the caller's thread and do not overlap compute\n",
+                    want_sync ? "DK_COMM_SYNC=1" : "MPI grants no MPI_THREAD_MULTIPLE here");
         return DK_OK;
     }
     if (pthread_create(&ms->thread, NULL, progress_main, c) != 0)
