@@ -14,32 +14,85 @@
 
 #include "common/util.h"
 
-static int launched;
+static int launched, thread_level;
 static comm_place place;
+static int node_id, n_nodes;
+
+/* DK_TEST_NODES=N (tests only: it lets one machine stand for several) puts
+ * rank r on pretend node r % N, so the code that runs once per node (the
+ * KernelGym workers of redis = auto) can be tested on one machine. 0 where
+ * it is not set; a value that is no count ends the process (exit 2). */
+static int test_nodes(void) {
+    const char *e = getenv("DK_TEST_NODES");
+    if (!e || !*e) return 0;
+    char *end = NULL;
+    long n = strtol(e, &end, 10);
+    if (*end || n < 1 || n > 4096) {
+        fprintf(stderr, "fatal: DK_TEST_NODES = '%s': a node count from 1 to 4096 (tests only)\n", e);
+        exit(DK_ERR_USAGE);
+    }
+    return (int)n;
+}
+
+/* The ranks of this node: MPI_COMM_TYPE_SHARED, or the pretend node. */
+static MPI_Comm node_comm(int rank, int pretend) {
+    MPI_Comm local;
+    if (pretend) MPI_Comm_split(MPI_COMM_WORLD, rank % pretend, rank, &local);
+    else MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    return local;
+}
+
+/* Node numbers: the local rank 0s, in the order of their ranks, are nodes
+ * 0, 1, ...; each tells its node which one it is. */
+static void number_nodes(MPI_Comm local) {
+    MPI_Comm leaders;
+    MPI_Comm_split(MPI_COMM_WORLD, place.local_rank == 0 ? 0 : MPI_UNDEFINED, place.rank, &leaders);
+    int id[2] = {0, 0};
+    if (leaders != MPI_COMM_NULL) {
+        MPI_Comm_rank(leaders, &id[0]);
+        MPI_Comm_size(leaders, &id[1]);
+        MPI_Comm_free(&leaders);
+    }
+    MPI_Bcast(id, 2, MPI_INT, 0, local);
+    node_id = id[0];
+    n_nodes = id[1];
+}
 
 void comm_launch(int *argc, char ***argv) {
     if (launched) return;
+    const int pretend = test_nodes(); /* before MPI starts, so a bad value just exits */
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-        int provided = 0;
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        /* MULTIPLE: the mpi backend's progress thread runs collectives while
+         * the caller's thread runs others on another communicator. */
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level) != MPI_SUCCESS) {
             fprintf(stderr, "fatal: MPI_Init_thread failed: cannot start the ranks of this job\n");
             exit(DK_ERR_RUNTIME);
         }
         atexit(comm_finish); /* for programs that never call it (tests) */
+    } else {
+        MPI_Query_thread(&thread_level);
     }
     /* Errors come back as codes, so a failing call is reported with the
      * collective it belongs to instead of MPI's generic handler message. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &place.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &place.world);
-    MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, place.rank, MPI_INFO_NULL, &local);
+    MPI_Comm local = node_comm(place.rank, pretend);
     MPI_Comm_rank(local, &place.local_rank);
     MPI_Comm_size(local, &place.local_world);
+    number_nodes(local);
     MPI_Comm_free(&local);
     launched = 1;
+}
+
+int comm_thread_level(void) { return thread_level; }
+
+void comm_node(int *node, int *n) {
+    if (!launched) DK_ABORT("comm_node before comm_launch");
+    *node = node_id;
+    *n = n_nodes;
 }
 
 void comm_finish(void) {
@@ -112,7 +165,10 @@ dk_status comm_open(comm *c, ops_ctx *ctx, comm_backend backend, double timeout_
     im->ops = backend == COMM_NCCL ? &comm_nccl_ops : &comm_mpi_ops;
     MPI_Comm_dup(MPI_COMM_WORLD, &im->data);
     MPI_Comm_dup(MPI_COMM_WORLD, &im->ctl);
+    MPI_Comm_dup(MPI_COMM_WORLD, &im->host);
     MPI_Comm_set_errhandler(im->data, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(im->host, MPI_ERRORS_RETURN);
+    pthread_mutex_init(&im->arrive_mu, NULL);
     im->ann_buf = dk_calloc(COMM_ANN_RING, sizeof(long));
     size_t n_req = (size_t)COMM_ANN_RING * (size_t)(c->world > 1 ? c->world - 1 : 1);
     im->ann_req = dk_malloc(n_req * sizeof(MPI_Request));
@@ -136,6 +192,8 @@ void comm_close(comm *c) {
     comm_drain_arrivals(c);
     MPI_Comm_free(&im->data);
     MPI_Comm_free(&im->ctl);
+    MPI_Comm_free(&im->host);
+    pthread_mutex_destroy(&im->arrive_mu);
     free(im->ann_buf);
     free(im->ann_req);
     free(im);
@@ -150,24 +208,28 @@ void comm_close(comm *c) {
 void comm_drain_arrivals(comm *c) {
     if (c->world == 1) return;
     comm_impl *im = c->impl;
+    pthread_mutex_lock(&im->arrive_mu);
     for (;;) {
-        /* A matched probe, so the NCCL watchdog thread may drain too. */
+        /* A matched probe, so a watchdog or progress thread may drain too. */
         int flag = 0;
         MPI_Status s;
         MPI_Message msg;
         MPI_Improbe(MPI_ANY_SOURCE, TAG_ARRIVAL, im->ctl, &flag, &msg, &s);
-        if (!flag) return;
+        if (!flag) break;
         long k;
         MPI_Mrecv(&k, 1, MPI_LONG, &msg, MPI_STATUS_IGNORE);
         if (k > c->seen[s.MPI_SOURCE]) c->seen[s.MPI_SOURCE] = k;
     }
+    pthread_mutex_unlock(&im->arrive_mu);
 }
 
 /* Collective number c->seq + 1 begins: tell the other ranks. */
 static long announce(comm *c) {
     comm_impl *im = c->impl;
     long k = ++c->seq;
+    pthread_mutex_lock(&im->arrive_mu);
     c->seen[c->rank] = k;
+    pthread_mutex_unlock(&im->arrive_mu);
     if (c->world == 1) return k;
     int slot = (int)(k % COMM_ANN_RING), peers = c->world - 1;
     MPI_Request *req = im->ann_req + (size_t)slot * peers;
@@ -286,7 +348,7 @@ void comm_all_reduce_host(comm *c, double *x, size_t n) {
     /* Host values always travel over MPI, whatever moves the device buffers. */
     long seq = announce(c);
     MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, c->impl->data, &req);
+    MPI_Iallreduce(MPI_IN_PLACE, x, (int)n, MPI_DOUBLE, MPI_SUM, c->impl->host, &req);
     comm_mpi_poll(c, &req, seq, OP_ALL_REDUCE, dk_now());
 }
 
@@ -297,7 +359,7 @@ void comm_all_gather_host(comm *c, const void *send, size_t bytes, void **recv, 
     long long mine = (long long)bytes, *len = dk_malloc((size_t)w * sizeof *len);
     long seq = announce(c);
     MPI_Request req;
-    MPI_Iallgather(&mine, 1, MPI_LONG_LONG, len, 1, MPI_LONG_LONG, c->impl->data, &req);
+    MPI_Iallgather(&mine, 1, MPI_LONG_LONG, len, 1, MPI_LONG_LONG, c->impl->host, &req);
     comm_mpi_poll(c, &req, seq, OP_ALL_GATHER, dk_now());
     int *count = dk_malloc((size_t)w * sizeof *count), *displ = dk_malloc((size_t)w * sizeof *displ);
     long long total = 0;
@@ -312,7 +374,7 @@ void comm_all_gather_host(comm *c, const void *send, size_t bytes, void **recv, 
     }
     char *out = dk_malloc(total > 0 ? (size_t)total : 1);
     seq = announce(c);
-    MPI_Iallgatherv(send, (int)bytes, MPI_BYTE, out, count, displ, MPI_BYTE, c->impl->data, &req);
+    MPI_Iallgatherv(send, (int)bytes, MPI_BYTE, out, count, displ, MPI_BYTE, c->impl->host, &req);
     comm_mpi_poll(c, &req, seq, OP_ALL_GATHER, dk_now());
     *recv = out;
     free(len);

@@ -4,7 +4,9 @@
  *         their own and join the compute stream through events, so a layer's
  *         gather overlaps the previous layer's compute (dist/comm_nccl.c);
  *   mpi:  the CPU backend, and CUDA ranks that share a GPU: device buffers are
- *         staged through page-locked host memory (dist/comm_mpi.c).
+ *         staged through page-locked host memory, and a progress thread runs
+ *         the collectives in the order they were issued while the caller
+ *         computes (dist/comm_mpi.c).
  * Buffers live on the device of the ops_ctx the comm was opened with (the
  * host for the CPU backend). Every collective has a number (the same on every
  * rank, since every rank issues the same collectives in the same order); a
@@ -45,13 +47,18 @@ typedef struct comm {
     comm_impl *impl;       /* the backend's state */
 } comm;
 
-/* MPI_Init (thread support for the watchdog) once per process; exits the
- * process with a message when MPI cannot start. */
+/* MPI_Init asking for MPI_THREAD_MULTIPLE (the mpi backend's progress
+ * thread) once per process; exits the process with a message when MPI cannot
+ * start. DK_TEST_NODES=N, for tests only, makes rank r sit on pretend node
+ * r % N instead of the node it runs on. */
 void comm_launch(int *argc, char ***argv);
 /* MPI_Finalize, after every comm is closed. */
 void comm_finish(void);
 /* Rank, world and node-local rank of this process (comm_launch first). */
 comm_place comm_where(void);
+/* This process's node: its number (the nodes numbered in the order of their
+ * local rank 0s) and how many nodes the job spans (comm_launch first). */
+void comm_node(int *node, int *n_nodes);
 /* Ends every rank of the job with `code` after printing msg (prefixed with
  * this rank) to stderr. Works before and after comm_launch. */
 void comm_abort_job(int code, const char *msg) __attribute__((noreturn));

@@ -1,24 +1,141 @@
-/* comm_mpi.c: the mpi backend. Collectives are MPI's non-blocking ones,
- * polled to completion (comm_mpi_poll) so a stalled one hits the timeout.
- * On the CPU backend the buffers are the user's host arrays; on CUDA (ranks
- * sharing one GPU) each request stages its data through page-locked host
- * memory: the compute stream is drained, the input copied down, MPI runs on
- * the host copy, and the result goes back up on the stream at comm_wait. */
+/* comm_mpi.c: the mpi backend. A progress thread per comm runs the
+ * collectives in the order they were issued, each one MPI's non-blocking
+ * collective polled to completion (comm_mpi_poll, so a stalled one hits the
+ * timeout), while the caller's thread computes: Open MPI moves a
+ * non-blocking collective forward only inside MPI calls, so without the
+ * thread nothing would move between the issue and comm_wait.
+ *
+ * On the CPU backend the buffers are the user's host arrays. On CUDA (ranks
+ * sharing one GPU) each request stages its input through page-locked host
+ * memory on the ctx's copy-down lane, behind the ops queued so far, and
+ * records an event there; the thread waits for that event (the caller's
+ * thread does not), runs MPI on the host copy, and comm_wait queues the
+ * result's copy up on the ctx's stream, so ops queued after comm_wait see it.
+ *
+ * The thread needs MPI_THREAD_MULTIPLE (comm_launch asks for it): the
+ * caller's thread still runs the host collectives (comm_all_reduce_host, on
+ * their own communicator) and the arrival announcements. Where MPI grants
+ * less, the backend says so once and runs each collective on the caller's
+ * thread, issued at once and polled in comm_wait; DK_COMM_SYNC=1 asks for
+ * that path too (to measure what the thread gains). */
+#define _POSIX_C_SOURCE 200809L
 #include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
 #include "dist/comm_internal.h"
+#include "dist/copy.h"
 
-static dk_status mpi_open(comm *c) { return DK_OK; }
+typedef struct {
+    pthread_t thread;
+    int have_thread;
+    pthread_mutex_t mu;  /* guards the queue, stop and every request's done */
+    pthread_cond_t work; /* a request was queued, or stop */
+    pthread_cond_t done; /* a request completed */
+    comm_req *queue[COMM_POOL];
+    int head, count, stop;
+} mpi_state;
+
+/* Issues r's collective as start() laid it out. */
+static void issue(comm *c, comm_req *r) {
+    MPI_Comm dc = c->impl->data;
+    const void *s = r->m_send;
+    void *b = r->m_recv;
+    const int n = r->m_count;
+    int rc = MPI_SUCCESS;
+    switch (r->op) {
+    case OP_ALL_GATHER: rc = MPI_Iallgather(s, n, r->type, b, n, r->type, dc, &r->mreq); break;
+    case OP_REDUCE_SCATTER: rc = MPI_Ireduce_scatter_block(s, b, n, MPI_FLOAT, MPI_SUM, dc, &r->mreq); break;
+    case OP_ALL_REDUCE: rc = MPI_Iallreduce(MPI_IN_PLACE, b, n, r->type, MPI_SUM, dc, &r->mreq); break;
+    case OP_BROADCAST: rc = MPI_Ibcast(b, n, r->type, r->m_root, dc, &r->mreq); break;
+    case OP_BARRIER: rc = MPI_Ibarrier(dc, &r->mreq); break;
+    }
+    if (rc != MPI_SUCCESS) {
+        char err[MPI_MAX_ERROR_STRING], msg[MPI_MAX_ERROR_STRING + 128];
+        int len = 0;
+        MPI_Error_string(rc, err, &len);
+        snprintf(msg, sizeof msg, "comm (mpi): starting collective #%ld (%s) failed: %s", r->seq,
+                 comm_op_name(r->op), err);
+        comm_abort_job(DK_ERR_RUNTIME, msg);
+    }
+}
+
+/* The progress thread: the queued requests one at a time, oldest first
+ * (every rank issues the same collectives in the same order, so the FIFO
+ * keeps the order MPI needs on the data communicator). */
+static void *progress_main(void *arg) {
+    comm *c = arg;
+    mpi_state *ms = c->impl->backend;
+    dist_use_device(c->ctx);
+    for (;;) {
+        pthread_mutex_lock(&ms->mu);
+        while (!ms->count && !ms->stop) pthread_cond_wait(&ms->work, &ms->mu);
+        if (!ms->count) { /* stop, and nothing left */
+            pthread_mutex_unlock(&ms->mu);
+            return NULL;
+        }
+        comm_req *r = ms->queue[ms->head];
+        pthread_mutex_unlock(&ms->mu);
+        if (r->staged) ops_event_sync(c->ctx, r->staged); /* the input is on the host */
+        r->t0 = dk_now(); /* the timeout counts from the start, not from the queue */
+        issue(c, r);
+        comm_mpi_poll(c, &r->mreq, r->seq, r->op, r->t0);
+        pthread_mutex_lock(&ms->mu);
+        ms->head = (ms->head + 1) % COMM_POOL;
+        ms->count--;
+        r->done = 1;
+        pthread_cond_broadcast(&ms->done);
+        pthread_mutex_unlock(&ms->mu);
+    }
+}
+
+static dk_status mpi_open(comm *c) {
+    mpi_state *ms = dk_calloc(1, sizeof *ms);
+    c->impl->backend = ms;
+    pthread_mutex_init(&ms->mu, NULL);
+    pthread_cond_init(&ms->work, NULL);
+    pthread_cond_init(&ms->done, NULL);
+    static int noted;
+    const char *sync = getenv("DK_COMM_SYNC");
+    const int want_sync = sync && !strcmp(sync, "1");
+    if (want_sync || comm_thread_level() < MPI_THREAD_MULTIPLE) {
+        if (!noted++ && c->rank == 0)
+            fprintf(stderr, "comm (mpi): %s; collectives run on the caller's thread and do not overlap compute\n",
+                    want_sync ? "DK_COMM_SYNC=1" : "MPI grants no MPI_THREAD_MULTIPLE here");
+        return DK_OK;
+    }
+    if (pthread_create(&ms->thread, NULL, progress_main, c) != 0)
+        return dk_fail(DK_ERR_RUNTIME, "comm (mpi): cannot start the progress thread");
+    ms->have_thread = 1;
+    return DK_OK;
+}
 
 static void mpi_close(comm *c) {
+    mpi_state *ms = c->impl->backend;
+    if (ms) {
+        if (ms->have_thread) {
+            pthread_mutex_lock(&ms->mu);
+            ms->stop = 1;
+            pthread_cond_signal(&ms->work);
+            pthread_mutex_unlock(&ms->mu);
+            pthread_join(ms->thread, NULL);
+        }
+        pthread_mutex_destroy(&ms->mu);
+        pthread_cond_destroy(&ms->work);
+        pthread_cond_destroy(&ms->done);
+        free(ms);
+        c->impl->backend = NULL;
+    }
     for (int i = 0; i < COMM_POOL; i++) {
         comm_req *r = &c->impl->pool[i];
         if (r->send_cap) ops_host_free(c->ctx, r->host_send);
         if (r->recv_cap) ops_host_free(c->ctx, r->host_recv);
+        if (r->staged) ops_event_free(c->ctx, r->staged);
         r->send_cap = r->recv_cap = 0;
+        r->staged = NULL;
     }
 }
 
@@ -68,85 +185,133 @@ static int count_int(size_t n, comm_op op) {
     return (int)n;
 }
 
-static void mpi_start(comm *c, comm_req *r, void *recv, const void *send, size_t count, comm_dtype type, int root) {
+/* Device buffers: src[bytes] goes down to host on the copy lane, behind the
+ * ops queued so far; r->staged is recorded behind it. */
+static void stage_down(comm *c, comm_req *r, void *host, const void *src, size_t bytes) {
+    if (!r->staged) r->staged = ops_event_new(c->ctx);
+    ops_download_lane(c->ctx, host, src, bytes, r->staged);
+}
+
+/* Lays r's collective out over host buffers (staging device ones) for issue(). */
+static void prepare(comm *c, comm_req *r, void *recv, const void *send, size_t count, comm_dtype type, int root) {
     ops_ctx *ctx = c->ctx;
-    MPI_Comm dc = c->impl->data;
     const int host = ctx->device == DK_DEVICE_CPU, W = c->world;
-    const size_t es = comm_dtype_size(type);
-    MPI_Datatype mt = comm_mpi_type(type);
     r->dev_recv = NULL;
     r->recv_bytes = 0;
     r->made_type = 0;
-    if (!host) ops_sync(ctx); /* the inputs are complete on the device */
-    int rc = MPI_SUCCESS;
+    r->m_root = root;
+    r->type = MPI_BYTE;
+    r->m_send = r->m_recv = NULL;
+    r->m_count = 0;
+    int stage = 0;
     switch (r->op) {
     case OP_ALL_GATHER: {
-        MPI_Datatype bt;
-        const int n = bytes_type(count, &bt, &r->made_type);
-        r->type = bt;
+        r->m_count = bytes_type(count, &r->type, &r->made_type);
         const int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count;
         if (host) {
-            rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, bt, recv, n, bt, dc, &r->mreq);
+            r->m_send = in_place ? MPI_IN_PLACE : send;
+            r->m_recv = recv;
         } else {
             char *h = grow(ctx, &r->host_recv, &r->recv_cap, count * W);
-            ops_download(ctx, h + (size_t)c->rank * count, send, count);
-            ops_sync(ctx);
+            stage_down(c, r, h + (size_t)c->rank * count, send, count);
+            stage = 1;
+            r->m_send = MPI_IN_PLACE;
+            r->m_recv = h;
             r->dev_recv = recv;
             r->recv_bytes = count * W;
-            rc = MPI_Iallgather(MPI_IN_PLACE, n, bt, h, n, bt, dc, &r->mreq);
         }
         break;
     }
-    case OP_REDUCE_SCATTER: {
-        const int n = count_int(count, r->op);
+    case OP_REDUCE_SCATTER:
+        r->m_count = count_int(count, r->op);
+        r->type = MPI_FLOAT;
         if (host) {
-            rc = MPI_Ireduce_scatter_block(send, recv, n, MPI_FLOAT, MPI_SUM, dc, &r->mreq);
+            r->m_send = send;
+            r->m_recv = recv;
         } else {
             float *hs = grow(ctx, &r->host_send, &r->send_cap, count * 4 * W);
-            float *hr = grow(ctx, &r->host_recv, &r->recv_cap, count * 4);
-            ops_download(ctx, hs, send, count * 4 * W);
-            ops_sync(ctx);
+            r->m_recv = grow(ctx, &r->host_recv, &r->recv_cap, count * 4);
+            stage_down(c, r, hs, send, count * 4 * W);
+            stage = 1;
+            r->m_send = hs;
             r->dev_recv = recv;
             r->recv_bytes = count * 4;
-            rc = MPI_Ireduce_scatter_block(hs, hr, n, MPI_FLOAT, MPI_SUM, dc, &r->mreq);
         }
         break;
-    }
     case OP_ALL_REDUCE:
     case OP_BROADCAST: {
         const int bcast = r->op == OP_BROADCAST;
-        const size_t bytes = bcast ? count : count * es;
-        MPI_Datatype bt = MPI_BYTE;
-        const int n = bcast ? bytes_type(count, &bt, &r->made_type) : count_int(count, r->op);
-        r->type = bt;
-        void *buf = recv;
+        const size_t bytes = bcast ? count : count * comm_dtype_size(type);
+        if (bcast) r->m_count = bytes_type(count, &r->type, &r->made_type);
+        else {
+            r->m_count = count_int(count, r->op);
+            r->type = comm_mpi_type(type);
+        }
+        r->m_recv = recv;
         if (!host) {
-            buf = grow(ctx, &r->host_recv, &r->recv_cap, bytes);
-            ops_download(ctx, buf, recv, bytes);
-            ops_sync(ctx);
+            r->m_recv = grow(ctx, &r->host_recv, &r->recv_cap, bytes);
+            stage_down(c, r, r->m_recv, recv, bytes);
+            stage = 1;
             r->dev_recv = recv;
             r->recv_bytes = bytes;
         }
-        if (bcast) rc = MPI_Ibcast(buf, n, bt, root, dc, &r->mreq);
-        else rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, mt, MPI_SUM, dc, &r->mreq);
         break;
     }
-    case OP_BARRIER: rc = MPI_Ibarrier(dc, &r->mreq); break;
+    case OP_BARRIER: break;
     }
-    if (rc != MPI_SUCCESS) {
-        char err[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, err, &len);
-        DK_ABORT("comm (mpi): starting collective #%ld (%s) failed: %s", r->seq, comm_op_name(r->op), err);
+    /* A device barrier orders after the device work queued so far, like the
+     * nccl backend's: an empty copy down carries that event. */
+    if (!host && r->op == OP_BARRIER) {
+        stage_down(c, r, NULL, NULL, 0);
+        stage = 1;
+    }
+    if (!stage && r->staged) {
+        ops_event_free(ctx, r->staged); /* the slot staged before; this request does not */
+        r->staged = NULL;
     }
 }
 
+static void mpi_start(comm *c, comm_req *r, void *recv, const void *send, size_t count, comm_dtype type, int root) {
+    mpi_state *ms = c->impl->backend;
+    prepare(c, r, recv, send, count, type, root);
+    r->done = 0;
+    if (!ms->have_thread) { /* no progress thread: issue now, poll in comm_wait */
+        if (r->staged) ops_event_sync(c->ctx, r->staged);
+        issue(c, r);
+        return;
+    }
+    pthread_mutex_lock(&ms->mu);
+    ms->queue[(ms->head + ms->count) % COMM_POOL] = r;
+    ms->count++;
+    pthread_cond_signal(&ms->work);
+    pthread_mutex_unlock(&ms->mu);
+}
+
 static void mpi_wait(comm *c, comm_req *r) {
-    comm_mpi_poll(c, &r->mreq, r->seq, r->op, r->t0);
+    mpi_state *ms = c->impl->backend;
+    if (ms->have_thread) {
+        /* The thread ends the job itself when the collective times out. */
+        pthread_mutex_lock(&ms->mu);
+        while (!r->done) pthread_cond_wait(&ms->done, &ms->mu);
+        pthread_mutex_unlock(&ms->mu);
+    } else {
+        comm_mpi_poll(c, &r->mreq, r->seq, r->op, r->t0);
+    }
     if (r->made_type) MPI_Type_free(&r->type);
     r->made_type = 0;
+    /* In stream order, so ops queued after comm_wait see the result. */
     if (r->dev_recv) ops_upload(c->ctx, r->dev_recv, r->host_recv, r->recv_bytes);
     r->dev_recv = NULL;
+}
+
+/* 1 when r's collective has completed (tests: it completes while the caller
+ * computes, before comm_wait). Without the thread it is never done early. */
+int comm_mpi_done(comm *c, comm_req *r) {
+    mpi_state *ms = c->impl->backend;
+    pthread_mutex_lock(&ms->mu);
+    int d = r->done;
+    pthread_mutex_unlock(&ms->mu);
+    return d;
 }
 
 const comm_backend_ops comm_mpi_ops = {mpi_open, mpi_close, mpi_start, mpi_wait};

@@ -53,6 +53,37 @@ int kg_fleet_find_exe(char *out, size_t n) {
     return kg_find_in_path("kernelgym", out, n);
 }
 
+extern char **environ;
+
+/* This process's environment plus the worker's own: the Redis URL (never
+ * on a command line, where `ps` would show its password) and the GPU
+ * memory cap. malloc'ed, for execve. */
+static char **worker_env(const kg_fleet *f, const kg_fleet_config *c) {
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = dk_calloc(n + 3, sizeof *env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "KERNELGYM_REDIS=", 16) != 0 && strncmp(environ[i], "DK_KG_GPU_MEMORY_GB=", 20) != 0)
+            env[k++] = dk_strdup(environ[i]);
+    size_t len = strlen(f->url) + 17;
+    env[k] = dk_malloc(len);
+    snprintf(env[k++], len, "KERNELGYM_REDIS=%s", f->url);
+    if (c->gpu_memory_gb > 0) {
+        env[k] = dk_malloc(64);
+        snprintf(env[k++], 64, "DK_KG_GPU_MEMORY_GB=%g", c->gpu_memory_gb);
+    }
+    return env;
+}
+
+static void free_env(char **env) {
+    for (size_t i = 0; env[i]; i++) {
+        if (!strncmp(env[i], "KERNELGYM_REDIS=", 16)) memset(env[i], 0, strlen(env[i])); /* the password */
+        free(env[i]);
+    }
+    free(env);
+}
+
 /* Starts the worker of slot i (a new slot when i == f->n). */
 static dk_status spawn_worker(kg_fleet *f, const kg_fleet_config *c, int gpu, const char *label, int i) {
     char gpu_s[16];
@@ -69,18 +100,29 @@ static dk_status spawn_worker(kg_fleet *f, const kg_fleet_config *c, int gpu, co
     }
     for (int i = 0; i < c->n_extra && a < 16 + 62; i++) argv[a++] = c->extra[i];
     argv[a] = NULL;
+    /* The environment is made before the fork: the caller has threads (MPI's,
+     * the comm's progress thread, the supervisor), so the child may only make
+     * async-signal-safe calls until exec, and setenv allocates. */
+    char **envp = worker_env(f, c);
+    char fail_msg[4200];
+    int fail_len = snprintf(fail_msg, sizeof fail_msg, "kernelgym fleet: cannot run %s\n", c->exe);
+    if (fail_len < 0 || fail_len >= (int)sizeof fail_msg) fail_len = (int)sizeof fail_msg - 1;
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid < 0) return dk_fail(DK_ERR_RUNTIME, "fleet: fork for worker %s: %s", label, strerror(errno));
+    if (pid < 0) {
+        free_env(envp);
+        return dk_fail(DK_ERR_RUNTIME, "fleet: fork for worker %s: %s", label, strerror(errno));
+    }
     if (pid == 0) {
         kg_child_setup(parent, SIGTERM);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
-        setenv("KERNELGYM_REDIS", f->url, 1);
-        execv(c->exe, (char *const *)argv);
-        fprintf(stderr, "kernelgym fleet: cannot run %s: %s\n", c->exe, strerror(errno));
+        execve(c->exe, (char *const *)argv, envp);
+        ssize_t w = write(2, fail_msg, (size_t)fail_len);
+        (void)w;
         _exit(127);
     }
+    free_env(envp);
     f->pid[i] = pid;
     f->gpu[i] = gpu;
     f->started[i] = dk_now();
@@ -100,7 +142,7 @@ dk_status kg_fleet_start(kg_fleet *f, const kg_fleet_config *c0) {
     if (n < 1 || n > KG_FLEET_MAX) return dk_fail(DK_ERR_USAGE, "fleet: %d workers requested (1 to %d)", n, KG_FLEET_MAX);
     f->cfg = c;
     if (strcmp(c.redis, "auto") == 0) {
-        DK_TRY(kg_redis_auto_start(&f->redis, 10.0));
+        DK_TRY(c.redis_tcp ? kg_redis_auto_start_tcp(&f->redis, 10.0) : kg_redis_auto_start(&f->redis, 10.0));
         f->own_redis = 1;
         snprintf(f->url, sizeof f->url, "%s", f->redis.url);
     } else {

@@ -31,10 +31,12 @@
 
 typedef struct {
     char redis[2048];            /* a URL, or "auto" */
+    int redis_tcp;               /* auto: listen on TCP for other nodes (kg_redis_auto_start_tcp), not a unix socket */
     char device[8];              /* "auto" | "cuda" | "cpu", given to every worker */
     int gpus[KG_FLEET_MAX];      /* one worker per GPU index */
     int n_gpus;
     int n_cpu_workers;           /* when n_gpus is 0: how many workers (1) */
+    double gpu_memory_gb;        /* > 0: each worker's GPU memory cap, as DK_KG_GPU_MEMORY_GB in its environment */
     char exe[4096];              /* kernelgym; "" finds it (see kg_fleet_find_exe) */
     const char *const *extra;    /* more worker flags, passed as they are */
     int n_extra;

@@ -2,13 +2,19 @@
 #define _GNU_SOURCE
 #include "env/redis_auto.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,13 +54,18 @@ static void log_tail(const char *dir, char *out, size_t n) {
     free(text);
 }
 
+/* The config: a unix socket in the dir, or (ra->port > 0) TCP on
+ * ra->host:ra->port only. The password is in this 0600 file, never on a
+ * command line. */
 static dk_status write_config(const kg_redis_auto *ra, const char *password) {
-    char path[512], conf[2048];
+    char path[512], conf[2048], listen[600];
     snprintf(path, sizeof path, "%s/redis.conf", ra->dir);
+    if (ra->port > 0)
+        snprintf(listen, sizeof listen, "port %d\nbind %s\nprotected-mode yes\n", ra->port, ra->host);
+    else
+        snprintf(listen, sizeof listen, "port 0\nunixsocket %s/redis.sock\nunixsocketperm 700\n", ra->dir);
     int n = snprintf(conf, sizeof conf,
-                     "port 0\n"
-                     "unixsocket %s/redis.sock\n"
-                     "unixsocketperm 700\n"
+                     "%s"
                      "requirepass %s\n"
                      "save \"\"\n"
                      "appendonly yes\n"
@@ -62,8 +73,8 @@ static dk_status write_config(const kg_redis_auto *ra, const char *password) {
                      "dir %s\n"
                      "logfile %s/redis.log\n"
                      "daemonize no\n",
-                     ra->dir, password, ra->dir, ra->dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+                     listen, password, ra->dir, ra->dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) return dk_fail(DK_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
     ssize_t w = write(fd, conf, (size_t)n);
     close(fd);
@@ -126,15 +137,24 @@ static dk_status spawn_and_wait(kg_redis_auto *ra, double timeout_s, const char 
     }
 }
 
-dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s) {
-    memset(ra, 0, sizeof *ra);
-    char exe[4096];
-    if (!kg_find_in_path("redis-server", exe, sizeof exe))
-        return dk_fail(DK_ERR_RUNTIME, "--redis auto: redis-server is not in PATH (install the redis-server package)");
+/* The fresh 0700 dir of a private Redis; "" and a message when it cannot be made. */
+static dk_status make_dir(kg_redis_auto *ra, const char *what) {
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp || strlen(tmp) > 60) tmp = "/tmp";
     snprintf(ra->dir, sizeof ra->dir, "%s/kernelgym-redis-XXXXXX", tmp);
-    if (!mkdtemp(ra->dir)) return dk_fail(DK_ERR_RUNTIME, "--redis auto: mkdtemp %s: %s", ra->dir, strerror(errno));
+    if (!mkdtemp(ra->dir)) {
+        dk_status s = dk_fail(DK_ERR_RUNTIME, "%s: mkdtemp %s: %s", what, ra->dir, strerror(errno));
+        ra->dir[0] = '\0';
+        return s;
+    }
+    return DK_OK;
+}
+
+dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s) {
+    memset(ra, 0, sizeof *ra);
+    if (!kg_redis_server_available())
+        return dk_fail(DK_ERR_RUNTIME, "--redis auto: redis-server is not in PATH (install the redis-server package)");
+    DK_TRY(make_dir(ra, "--redis auto"));
     char password[65];
     kg_random_hex(password, 24);
     dk_status s = write_config(ra, password);
@@ -146,6 +166,93 @@ dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s) {
     ra->owner = getpid();
     s = spawn_and_wait(ra, timeout_s, "--redis auto");
     if (s != DK_OK) remove_dir(ra->dir);
+    return s;
+}
+
+/* 1 for an IPv4 address other nodes may reach: not loopback (127/8), not
+ * unspecified. */
+static int routable4(const struct in_addr *a) {
+    uint32_t h = ntohl(a->s_addr);
+    return h != 0 && (h >> 24) != 127;
+}
+
+dk_status kg_routable_address(char *out, size_t n) {
+    /* The host name first: on a cluster it names the address the nodes use. */
+    char host[256];
+    kg_hostname(host, sizeof host);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) == 0) {
+        for (struct addrinfo *p = res; p; p = p->ai_next) {
+            const struct in_addr *a = &((const struct sockaddr_in *)p->ai_addr)->sin_addr;
+            if (routable4(a) && inet_ntop(AF_INET, a, out, (socklen_t)n)) {
+                freeaddrinfo(res);
+                return DK_OK;
+            }
+        }
+        freeaddrinfo(res);
+    }
+    /* Else the first interface that is up with a routable IPv4 address. */
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+                (i->ifa_flags & IFF_LOOPBACK))
+                continue;
+            const struct in_addr *a = &((const struct sockaddr_in *)i->ifa_addr)->sin_addr;
+            if (routable4(a) && inet_ntop(AF_INET, a, out, (socklen_t)n)) {
+                freeifaddrs(ifs);
+                return DK_OK;
+            }
+        }
+        freeifaddrs(ifs);
+    }
+    return dk_fail(DK_ERR_RUNTIME, "no routable IPv4 address on this host (host name '%s' and every interface "
+                                   "are loopback or down): the other nodes could not reach a Redis here", host);
+}
+
+/* A TCP port free on host right now (the kernel's choice for port 0). */
+static dk_status free_port(const char *host, int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return dk_fail(DK_ERR_RUNTIME, "socket: %s", strerror(errno));
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, host, &a.sin_addr);
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        dk_status s = dk_fail(DK_ERR_RUNTIME, "cannot bind a TCP port on %s: %s", host, strerror(errno));
+        close(fd);
+        return s;
+    }
+    close(fd);
+    *port = ntohs(a.sin_port);
+    return DK_OK;
+}
+
+dk_status kg_redis_auto_start_tcp(kg_redis_auto *ra, double timeout_s) {
+    const char *what = "redis = auto over TCP";
+    memset(ra, 0, sizeof *ra);
+    if (!kg_redis_server_available())
+        return dk_fail(DK_ERR_RUNTIME, "%s: redis-server is not in PATH (install the redis-server package)", what);
+    char host[64];
+    dk_status s = kg_routable_address(host, sizeof host);
+    if (s != DK_OK) return dk_wrap(s, "%s: ", what);
+    snprintf(ra->host, sizeof ra->host, "%s", host);
+    DK_TRY(make_dir(ra, what));
+    char password[65];
+    kg_random_hex(password, 32);
+    ra->owner = getpid();
+    /* Another program may take the free port before Redis binds it: a few tries. */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        s = free_port(host, &ra->port);
+        if (s == DK_OK) s = write_config(ra, password);
+        if (s != DK_OK) break;
+        snprintf(ra->url, sizeof ra->url, "redis://:%s@%s:%d", password, host, ra->port);
+        s = spawn_and_wait(ra, timeout_s, what);
+        if (s == DK_OK) return DK_OK;
+    }
+    remove_dir(ra->dir);
     return s;
 }
 
@@ -174,7 +281,7 @@ dk_status kg_redis_auto_restart(kg_redis_auto *ra, double timeout_s) {
     }
     char sock[512];
     snprintf(sock, sizeof sock, "%s/redis.sock", ra->dir);
-    unlink(sock); /* a killed server leaves it behind */
+    if (ra->port <= 0) unlink(sock); /* a killed server leaves it behind */
     return spawn_and_wait(ra, timeout_s, "private redis restart");
 }
 

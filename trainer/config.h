@@ -101,6 +101,7 @@ typedef struct dk_config {
         double timeout_s;
         kg_device device;
         int workers;
+        double gpu_memory_gb; /* GPU memory each worker of a private fleet may use (0: no cap) */
         double reconnect_s;
         bool insecure;
         int fail_step_after;

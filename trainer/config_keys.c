@@ -171,12 +171,16 @@ const config_key config_keys[] = {
           "hint, mismatch location, bottleneck, then the error text; 0: no limit"),
 
     K_STRING(kernelgym, redis, "auto",
-             "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one (under mpirun: rank 0 starts it for every rank of a one-node job)"),
+             "Redis of the KernelGym fleet: a URL (redis://host:port, unix:///path), or auto to start a private one (under mpirun: rank 0 starts it for every rank, on TCP with a random password when the job spans several nodes, and each node starts its own workers)"),
     K_FLOAT(kernelgym, timeout_s, "120", CR_POS, "wall-clock limit of one evaluation, in seconds"),
     K_ENUM(kernelgym, device, kg_device, kg_device_names, "auto",
            "where a private fleet (redis = auto) evaluates: cuda, or cpu through the Triton interpreter "
            "(correctness and hack checks only, no timing); auto: cuda when run.device is cuda"),
-    K_INT(kernelgym, workers, "1", CR_POS, "workers of a private fleet (one per GPU on cuda)"),
+    K_INT(kernelgym, workers, "1", CR_POS,
+          "workers of a private fleet on each node of the job (one per GPU on cuda)"),
+    K_FLOAT(kernelgym, gpu_memory_gb, "0", CR_NONNEG,
+            "GPU memory, in GB of 10^9 bytes, that each worker of a private cuda fleet (redis = auto) may use "
+            "beside the trainer on its GPU: given to the worker's harness as DK_KG_GPU_MEMORY_GB; 0: no cap"),
     K_FLOAT(kernelgym, reconnect_s, "300", CR_NONNEG,
             "how long the trainer keeps reconnecting to a lost Redis (and queueing again the jobs it lost) before "
             "the evaluations it waits for are scored 0"),

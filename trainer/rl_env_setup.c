@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "env/redis_conn.h"
@@ -16,11 +17,13 @@ static const char *fleet_device(const dk_config *cfg) {
     return config_device_names[cfg->run.device];
 }
 
-/* Starts Redis (redis = "auto") and kernelgym.workers workers. */
-static dk_status start_workers(rl_env_setup *s, const dk_config *cfg, const char *device, const char *redis) {
+/* Starts this node's kernelgym.workers workers on `redis` ("auto": a
+ * private Redis first, on TCP when tcp is set). */
+static dk_status start_workers(rl_env_setup *s, const dk_config *cfg, const char *device, const char *redis, int tcp) {
     kg_fleet_config fc;
     kg_fleet_config_default(&fc);
     snprintf(fc.redis, sizeof fc.redis, "%s", redis);
+    fc.redis_tcp = tcp;
     snprintf(fc.device, sizeof fc.device, "%s", device);
     if (!strcmp(device, "cuda")) {
         fc.n_gpus = cfg->kernelgym.workers;
@@ -28,6 +31,7 @@ static dk_status start_workers(rl_env_setup *s, const dk_config *cfg, const char
     } else {
         fc.n_cpu_workers = cfg->kernelgym.workers;
     }
+    fc.gpu_memory_gb = cfg->kernelgym.gpu_memory_gb;
     dk_status st = kg_fleet_start(&s->fleet, &fc);
     if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis = auto: ");
     s->have_fleet = 1;
@@ -35,21 +39,39 @@ static dk_status start_workers(rl_env_setup *s, const dk_config *cfg, const char
     return kg_fleet_watch(&s->fleet);
 }
 
-/* redis = auto: rank 0 starts Redis and the workers, and the URL goes to
- * every rank. The private Redis listens on a unix socket only
- * (env/redis_auto.h), so the job must sit on one node (checked first, alike
- * on every rank). When rank 0 fails it sends an empty URL, so every rank
- * leaves with an error instead of waiting on a fleet that never came. */
+/* One line on stderr per node: its workers' pids and where their Redis is
+ * (redacted), so a log shows that every node started its own. */
+static void log_node(const rl_env_setup *s, const comm *c, const char *device) {
+    char pids[512] = "", url[2048], own[64] = "";
+    size_t used = 0;
+    for (int i = 0; i < s->fleet.n && used + 16 < sizeof pids; i++)
+        used += (size_t)snprintf(pids + used, sizeof pids - used, "%s%d", i ? " " : "", (int)s->fleet.pid[i]);
+    kg_redis_url_redact(s->fleet.url, url, sizeof url);
+    if (s->fleet.own_redis) snprintf(own, sizeof own, " (private, pid %d)", (int)s->fleet.redis.pid);
+    int node, n_nodes;
+    comm_node(&node, &n_nodes);
+    /* One write, so the lines of two ranks do not mix. */
+    fprintf(stderr, "kernelgym: node %d of %d (rank %d, pid %d): %d %s worker(s), pids %s; Redis %s%s\n",
+            node, n_nodes, c->rank, (int)getpid(), s->fleet.n, device, pids, url, own);
+}
+
+/* redis = auto: rank 0 starts Redis and its node's workers, and the URL
+ * goes to every rank; the local rank 0 of every other node then starts that
+ * node's workers on it. A job on one node keeps the unix socket; over
+ * several nodes Redis listens on TCP on a routable address of rank 0's host
+ * with a random password, which travels only over MPI and through the
+ * workers' environment. When rank 0 fails it sends an empty URL, and when a
+ * node's workers fail every rank hears of it, so every rank leaves with an
+ * error instead of waiting on a fleet that never came. Workers and Redis end
+ * with the process that started them (kg_child_setup's parent-death signal),
+ * so a rank that dies, or a job that is aborted, takes its node's fleet along. */
 static dk_status start_fleet(rl_env_setup *s, const dk_config *cfg, comm *c, const char *device, char *url,
                              size_t url_cap) {
-    if (c->at.local_world != c->world)
-        return dk_fail(DK_ERR_USAGE,
-                       "[kernelgym] redis = auto: the private Redis listens on a unix socket, which the ranks on "
-                       "other nodes cannot reach (this job spans %d ranks, %d on this node): give kernelgym.redis "
-                       "the URL of a fleet every node reaches",
-                       c->world, c->at.local_world);
+    int node, n_nodes;
+    comm_node(&node, &n_nodes);
+    const int multi = n_nodes > 1;
     dk_status st = DK_OK;
-    if (c->rank == 0) st = start_workers(s, cfg, device, "auto");
+    if (c->rank == 0) st = start_workers(s, cfg, device, "auto", multi);
     const char *mine = c->rank == 0 && st == DK_OK ? s->fleet.url : "";
     void *all = NULL;
     size_t *sizes = dk_calloc((size_t)c->world, sizeof *sizes);
@@ -62,10 +84,21 @@ static dk_status start_fleet(rl_env_setup *s, const dk_config *cfg, comm *c, con
     }
     memcpy(url, all, sizes[0]);
     url[sizes[0]] = 0;
+    memset(all, 0, sizes[0]); /* the password */
     free(all);
     free(sizes);
-    if (s->have_fleet)
-        printf("kernelgym: private fleet, %d %s worker(s), %d rank(s) submitting\n", s->fleet.n, device, c->world);
+    if (multi && c->at.local_rank == 0 && c->rank != 0) st = start_workers(s, cfg, device, url, 0);
+    double failed = st != DK_OK;
+    comm_all_reduce_host(c, &failed, 1);
+    if (failed > 0) {
+        if (st != DK_OK) return st;
+        return dk_fail(DK_ERR_RUNTIME, "[kernelgym] redis = auto: %.0f node(s) could not start their workers (their "
+                                       "rank's message says why)", failed);
+    }
+    if (s->have_fleet) log_node(s, c, device);
+    if (c->rank == 0)
+        printf("kernelgym: private fleet, %d %s worker(s) on each of %d node(s), %d rank(s) submitting\n",
+               s->fleet.n, device, n_nodes, c->world);
     return DK_OK;
 }
 
@@ -89,6 +122,14 @@ static dk_status setup_kernelgym(rl_env_setup *s, const dk_config *cfg, comm *c)
         if (st == DK_OK) st = kg_redis_url_check_exposure(&u, cfg->kernelgym.insecure, "[kernelgym] insecure = true");
         if (st != DK_OK) return dk_wrap(st, "[kernelgym] redis: ");
     }
+    if (cfg->kernelgym.gpu_memory_gb > 0 && strcmp(cfg->kernelgym.redis, "auto") != 0)
+        return dk_fail(DK_ERR_USAGE, "[kernelgym] gpu_memory_gb = %g caps the workers of a private fleet (redis = "
+                                     "auto); the fleet at redis = URL starts its workers itself (set it to 0)",
+                       cfg->kernelgym.gpu_memory_gb);
+    if (cfg->kernelgym.gpu_memory_gb > 0 && strcmp(device, "cuda") != 0)
+        return dk_fail(DK_ERR_USAGE, "[kernelgym] gpu_memory_gb = %g, but the private fleet evaluates on %s, which has "
+                                     "no GPU memory to cap (set it to 0, or kernelgym.device = cuda)",
+                       cfg->kernelgym.gpu_memory_gb, device);
     if (!strcmp(cfg->kernelgym.redis, "auto")) {
         st = start_fleet(s, cfg, c, device, url, sizeof url);
         if (st != DK_OK) return st;

@@ -4,11 +4,12 @@
  * stopped at the end of the run). Also the task set of the run.
  *
  * In a job of several ranks one fleet serves them all: with redis = auto,
- * rank 0 starts Redis and the workers (kernelgym.workers of them: one per
- * GPU on cuda) and sends the URL to every rank, whose client submits to the
- * one queue. The private Redis is a unix socket, so auto serves a job on one
- * node; a job over several nodes names a fleet they all reach (redis = URL:
- * `kernelgym serve` or workers started on each node), and starts nothing. */
+ * rank 0 starts Redis and sends its URL to every rank, whose client submits
+ * to the one queue, and the local rank 0 of every node starts that node's
+ * kernelgym.workers workers (one per GPU on cuda) on it. On one node Redis
+ * is a unix socket; over several it listens on TCP on rank 0's host, with a
+ * random password (env/redis_auto.h). redis = URL uses a fleet of its own
+ * (`kernelgym serve` or workers on dedicated GPUs) and starts nothing. */
 #ifndef DK_RL_ENV_SETUP_H
 #define DK_RL_ENV_SETUP_H
 
