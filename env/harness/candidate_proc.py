@@ -226,6 +226,19 @@ class Runner:
                 "launches_all": self.counter.total - total_before,
                 "kernels": dict(self.counter.per_kernel), "patched": self.patched()}, blobs
 
+    def op_pool(self, req):
+        """Draws the timed calls' input sets from the judge's seeds ahead of
+        the first timed batch, so their making is outside the judge's wall
+        clock around it (a strict re-run draws a fresh set for every call)."""
+        try:
+            for s in [int(x) for x in req["seeds"]]:
+                if s not in self.pool:
+                    self.pool[s] = self._inputs(s)
+            self.sync()
+        except BaseException as e:
+            return dict(_raised(e), patched=self.patched())
+        return {"ok": True, "patched": self.patched()}
+
     def op_time(self, req):
         """Timed calls over the pool drawn from the judge's seeds
         (timing.timed_batch): inputs copied into one of two fixed buffers,
@@ -303,7 +316,7 @@ def serve(rfd, wfd, device_type, shm=None):
         runner.ready_error = f"internal: the candidate's process could not be set up: {type(e).__name__}: {e}"
     ops = {"load": runner.op_load, "forward": runner.op_forward, "time": runner.op_time,
            "fetch": runner.op_fetch, "release": runner.op_release, "profile": runner.op_profile,
-           "modules": runner.op_modules, "cache": runner.op_cache}
+           "modules": runner.op_modules, "cache": runner.op_cache, "pool": runner.op_pool}
     while True:
         try:
             req, runner.req_blobs = wire.recv(rfd)

@@ -758,6 +758,7 @@ class Evaluation:
         per_batch = min(-(-calls // TIMED_BATCHES), max(1, BATCH_KEEP_BYTES // max(1, self.out_bytes)))
         order = [i % n for i in range(warmup + calls)]
         interleaved = self.opts["reference_mode"] == "eager"
+        self.ask({"op": "pool", "seeds": self.pool_seeds}, "while drawing the timed calls' inputs")
         s = self._timing_kit()
         self.ref_model.train(True)
         own = 0.0

@@ -234,7 +234,7 @@ def _warm_job_target(isolation):
     it first."""
     before = set(sys.modules)
     job = {"id": "warm-up", "device": "cuda", "task_source": WARM_TASK, "candidate_source": WARM_CANDIDATE}
-    opts = protocol.resolve_options({"perf_trials": 5})
+    opts = protocol.resolve_options({"perf_trials": 20})
     res = evaluate.evaluate(job, opts, isolation, want_modules=True)
     return {"status": res.get("status"), "error": res.get("error", "")[:300],
             "modules": sorted(m for m in set(sys.modules) - before if not m.startswith("kg_")),
