@@ -101,7 +101,9 @@ void comm_barrier(comm *c);
 /* Async variants: queued behind what the ctx has queued so far; the buffers
  * must stay untouched until comm_wait, after which ops queued on the ctx see
  * the result (on nccl the compute stream waits on an event: the host does
- * not block). Every request is waited for exactly once. */
+ * not block; on mpi the host waits for the progress thread's transfer, and
+ * the copy up of a device result is queued on the stream). The host issues
+ * and returns at once on both. Every request is waited for exactly once. */
 comm_req *comm_all_gather_async(comm *c, void *recv, const void *send, size_t bytes);
 comm_req *comm_reduce_scatter_async(comm *c, float *recv, const float *send, size_t n);
 void comm_wait(comm *c, comm_req *r);

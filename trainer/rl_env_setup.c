@@ -163,7 +163,9 @@ dk_status rl_env_setup_init(rl_env_setup *s, const dk_config *cfg, comm *c) {
 
 void rl_env_setup_free(rl_env_setup *s) {
     if (s->env) s->env->free(s->env);
-    if (s->have_fleet) kg_fleet_stop(&s->fleet, 10.0);
+    /* More than a worker's own 10 s for its harness server to exit
+     * (env/evaluator.c), so a slow machine does not see it killed mid-leave. */
+    if (s->have_fleet) kg_fleet_stop(&s->fleet, 30.0);
     task_set_free(&s->tasks);
     free(s->list);
     memset(s, 0, sizeof *s);

@@ -16,9 +16,12 @@
 #     nodes and every process below them (the harness servers) are gone.
 # Also: kernelgym.gpu_memory_gb for a CPU or an external fleet, and a bad
 # DK_TEST_NODES, are refused with exit 2 naming the key. Exits 77 without
-# redis-server.
+# redis-server or a routable address (where test_fleet_tcp skips).
 set -eu
 command -v redis-server >/dev/null 2>&1 || { echo "redis-server not installed: skipped"; exit 77; }
+# Over several nodes Redis listens on a routable address (env/redis_auto.h).
+"${DK_BUILD:-build}/tests/mpi_test_fleet_tcp" > /dev/null 2>&1 || [ $? != 77 ] ||
+    { echo "no routable address or no redis-server here: skipped"; exit 77; }
 . "$(dirname "$0")/mpirun.sh"
 train="${DK_BUILD:-build}/train"
 py="${DK_PYTHON:-.venv/bin/python}"
@@ -42,12 +45,20 @@ descendants() {
     done
 }
 
+# 0 while pid $1 runs: a zombie has ended (in a container nobody may reap
+# what was reparented to pid 1).
+alive() {
+    local state
+    state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # Waits up to $2 s for every pid of log $1's fleet, and the pids in $3, to be gone.
 fleet_gone() {
     local log=$1 bound=$2 more=${3:-} p left i
     for i in $(seq $((bound * 10))); do
         left=""
-        for p in $(fleet_pids "$log") $more; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+        for p in $(fleet_pids "$log") $more; do alive "$p" && left="$left $p"; done
         [ -z "$left" ] && return 0
         sleep 0.1
     done
