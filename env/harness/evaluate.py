@@ -440,7 +440,9 @@ class Evaluation:
         model64 = error_budget.fp64_model(self.pristine, device)
         outs = []
         for x, s in zip(self.sets, self.seeds):
-            outs.append(error_budget.fp64_forward(model64, x, s, device, self.device))
+            out64 = error_budget.fp64_forward(model64, x, s, device, self.device)
+            error_budget.fp64_magnitude_floor(model64, out64, x, s, device)
+            outs.append(out64)
         del model64
         self.sync()
         return outs
