@@ -70,12 +70,21 @@ CPU_STRICT_SEQUENCE_CALLS = 6
 VERIFY_SAMPLE_ELEMENTS = 1 << 16
 
 
+GPU_MEMORY_CAP_GB = 0.0  # the server sets it from DK_KG_GPU_MEMORY_GB; forked children inherit it
+
+
 def cuda_context():
     """The child's CUDA context on its one visible GPU (cheap once made: a
     child forked ahead makes it before its job arrives)."""
     torch.cuda.set_device(0)
     device = torch.device("cuda", 0)
     torch.zeros(1, device=device)
+    if GPU_MEMORY_CAP_GB > 0:
+        # Half the worker's cap for each of a job's two processes; the caching
+        # allocator then raises OutOfMemoryError past it (a crash verdict),
+        # before the trainer sharing the GPU is pushed out.
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, GPU_MEMORY_CAP_GB * 0.5e9 / total), device)
     return device
 
 

@@ -22,7 +22,9 @@ sees none of it, only a copy of the Triton cache the server pre-built),
 DK_KG_TMP (where job directories are made, default the system temp dir),
 DK_KG_HIDE (colon-separated folders the candidate's process must not see,
 besides the temp dirs, /dev/shm, /run and the cache), DK_KGPROF_LIB / DK_BUILD
-(where libkgprof.so is), DK_KG_PYPROFILE (N > 0: each result carries the
+(where libkgprof.so is), DK_KG_GPU_MEMORY_GB (> 0: a job's judge and candidate's process may
+together hold at most this much GPU memory, half each, so a worker beside
+the trainer cannot push it out of memory), DK_KG_PYPROFILE (N > 0: each result carries the
 child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (default 1:
 fork each job's child during the job before it, sandbox and CUDA context
 ready; the job before waits for that setup to end before its timed calls;
@@ -727,6 +729,15 @@ def main():
         evaluate.PYPROFILE_LINES = int(os.environ.get("DK_KG_PYPROFILE", "0") or 0)
     except ValueError:
         log(f"DK_KG_PYPROFILE must be a line count, got {os.environ['DK_KG_PYPROFILE']!r}; profiling stays off")
+    cap = os.environ.get("DK_KG_GPU_MEMORY_GB", "")
+    if cap:
+        try:
+            evaluate.GPU_MEMORY_CAP_GB = float(cap)
+            if not (evaluate.GPU_MEMORY_CAP_GB >= 0.0):
+                raise ValueError
+        except ValueError:
+            log(f"DK_KG_GPU_MEMORY_GB must be a size in GB (0: no cap), got {cap!r}")
+            return 2
     server = Server()
     try:
         server.start()
