@@ -202,11 +202,16 @@ dk_status mem_plan_make_ex(mem_plan *p, const dk_config *cfg, const model_config
         p->kv_token_bytes = kv_cache_page_bytes(mc, 1, A);
         p->kv_need_one = (long)((gc.max_context + gc.page_size - 1) / gc.page_size) * gc.page_size;
         p->kv_need_all = p->kv_need_one * p->rollout_seqs;
-        /* Sized last: whole pages of what the rest of the phase leaves above the margin. */
+        /* Sized last, as gen_create sizes it when rollout_session_begin
+         * creates the engine: whole pages of the CPU's cache_bytes
+         * (rollout_session_gen_config), or on CUDA of rl.kv_cache_fraction
+         * of what the rest of the phase leaves free. */
         size_t others = 0;
         for (int r = 0; r < MEM_ROWS; r++) others += p->bytes[r][MEM_ROLLOUT];
-        size_t room = gpu_bytes > others + p->margin_bytes ? gpu_bytes - others - p->margin_bytes : 0;
-        size_t pages = room / page;
+        const size_t free_b = gpu_bytes > others ? gpu_bytes - others : 0;
+        const size_t budget =
+            !cuda && gc.cache_bytes ? gc.cache_bytes : (size_t)(cfg->rl.kv_cache_fraction * (double)free_b);
+        size_t pages = budget / page;
         put(p, MEM_KV_CACHE, pages * page, 0, 1);
         p->kv_tokens = (long)(pages * (size_t)gc.page_size);
     }
@@ -237,7 +242,7 @@ const char *mem_plan_row_name(mem_row r) {
         [MEM_REFERENCE] = "KL reference policy",
         [MEM_INFER_COPY] = "inference copy of the weights",
         [MEM_GEN_ACTS] = "generation step buffers",
-        [MEM_KV_CACHE] = "KV cache (what is left)",
+        [MEM_KV_CACHE] = "KV cache (share of what is free)",
         [MEM_CONTEXT] = "CUDA context and NCCL (estimate)",
     };
     return r >= 0 && r < MEM_ROWS ? names[r] : "?";

@@ -17,7 +17,9 @@
  * rollout phase, and the training activations and gather buffers only in the
  * train phase (trainer/rollout_session.h), so the two phases reuse the same
  * memory and the peak is the larger of them. In the rollout phase the KV
- * cache takes what the other items and the margin leave. The KL reference
+ * cache takes rl.kv_cache_fraction of what the other items leave free (the
+ * CPU: the budget rollout_session_gen_config gives), as the engine sizes it
+ * when the phase begins. The KL reference
  * of a sharded run is one more act shard.
  *
  * At world 1 a run is not sharded unless asked (DK_ZERO=1, mem_plan_make_ex):
@@ -55,7 +57,7 @@ typedef enum {
     MEM_REFERENCE,     /* frozen KL reference policy (rl.kl_coef > 0): a second model_create */
     MEM_INFER_COPY,    /* gathered act weights the generation engine reads (world > 1) */
     MEM_GEN_ACTS,      /* the generation engine's step buffers (model/gen_forward.c) */
-    MEM_KV_CACHE,      /* paged KV cache: whole pages of what the rollout phase leaves */
+    MEM_KV_CACHE,      /* paged KV cache: whole pages of its share of what the rollout phase leaves free */
     MEM_CONTEXT,       /* MEM_PLAN_CONTEXT_BYTES on CUDA */
     MEM_ROWS
 } mem_row;

@@ -79,7 +79,7 @@ void mem_plan_print(const mem_plan *p, FILE *f) {
     double free_gb = ((double)p->gpu_bytes - (double)p->peak) / 1e9;
     fprintf(f, "\n  peak: %.2f GB in the %s phase%s; %.2f GB of %.2f GB free (margin %.2f GB): %s\n", gb(p->peak),
             p->peak_phase == MEM_TRAIN ? "train" : "rollout",
-            p->peak_phase == MEM_ROLLOUT && p->kv_tokens ? " (the KV cache takes what is left)" : "", free_gb,
+            p->peak_phase == MEM_ROLLOUT && p->kv_tokens ? " (the KV cache takes rl.kv_cache_fraction of what is free)" : "", free_gb,
             gb(p->gpu_bytes), gb(p->margin_bytes), p->fits ? "FITS" : "DOES NOT FIT");
 }
 

@@ -165,12 +165,10 @@ dk_status rl_run(const dk_config *cfg) {
 
     for (int step = start; step < cfg->run.steps && st == DK_OK && !complete; step++) {
         double t_step = dk_now();
-        rl_update_stats us;
-        memset(&us, 0, sizeof us);
         /* The rollout phase: the training buffers go first, so its peak is
          * what it adds to what both phases keep (mem_base). */
         run_setup_train_release(&ss.r);
-        us.mem_base = ops_mem_bytes(ctx);
+        const size_t mem_base = ops_mem_bytes(ctx);
         ops_mem_peak_reset(ctx);
         st = rollout_session_begin(&ss);
         if (st != DK_OK) break;
@@ -237,9 +235,7 @@ dk_status rl_run(const dk_config *cfg) {
             st = rl_dump_rollouts(cfg->run.dir, step + 1, ro, B, batch_tasks, ss.r.tok);
         }
         rl_rollout_free(ss.eng, ro_local, n_local);
-        us.mem_infer_copy = ss.infer_bytes;
-        us.mem_kv_cache = ss.kv_bytes;
-        us.mem_rollout_peak = ops_mem_peak(ctx);
+        const size_t mem_rollout_peak = ops_mem_peak(ctx);
         dk_status end = rollout_session_end(&ss); /* the train phase */
         if (st == DK_OK) st = end;
         ops_mem_peak_reset(ctx);
@@ -267,14 +263,13 @@ dk_status rl_run(const dk_config *cfg) {
         uc.seq0 = t0 * S;
         uc.n_global = B;
         uc.z = z;
-        if (st == DK_OK) {
-            rl_update_stats mem = us;
-            st = rl_update(m, &opt, &b, &uc, &us);
-            us.mem_infer_copy = mem.mem_infer_copy;
-            us.mem_kv_cache = mem.mem_kv_cache;
-            us.mem_rollout_peak = mem.mem_rollout_peak;
-            us.mem_base = mem.mem_base;
-        }
+        rl_update_stats us;
+        memset(&us, 0, sizeof us);
+        if (st == DK_OK) st = rl_update(m, &opt, &b, &uc, &us);
+        us.mem_base = mem_base;
+        us.mem_rollout_peak = mem_rollout_peak;
+        us.mem_infer_copy = ss.infer_bytes;
+        us.mem_kv_cache = ss.kv_bytes;
         us.mem_train_peak = ops_mem_peak(ctx);
         us.mem_bytes = ops_mem_bytes(ctx);
         if (st == DK_OK && lead) {

@@ -63,8 +63,8 @@ dk_status rollout_session_begin(rollout_session *s) {
     model *m = &s->r.model;
     if (s->r.sharded) {
         s->infer_bytes = zero_full_bytes(&s->r.zero);
-        s->infer_buf = ops_alloc(&s->r.ctx, s->infer_bytes);
-        zero_gather_full(&s->r.zero, s->infer_buf, &s->infer.params);
+        zero_gather_full(&s->r.zero, &s->infer.params);
+        s->infer_live = 1;
         m = &s->infer;
     }
     /* The cache takes its share of what is free once the rest is in. */
@@ -79,11 +79,8 @@ dk_status rollout_session_begin(rollout_session *s) {
 dk_status rollout_session_end(rollout_session *s) {
     if (s->eng) gen_free(s->eng);
     s->eng = NULL;
-    if (s->infer_buf) {
-        ops_sync(&s->r.ctx);
-        ops_free(&s->r.ctx, s->infer_buf);
-        s->infer_buf = NULL;
-    }
+    if (s->infer_live) zero_full_free(&s->r.zero, &s->infer.params);
+    s->infer_live = 0;
     return run_setup_train_restore(&s->r);
 }
 
@@ -92,7 +89,7 @@ void rollout_session_free(rollout_session *s) {
     free(s->follow_t);
     rl_env_setup_free(&s->es);
     if (s->eng) gen_free(s->eng);
-    if (s->infer_buf) ops_free(&s->r.ctx, s->infer_buf);
+    if (s->infer_live) zero_full_free(&s->r.zero, &s->infer.params);
     free(s->infer.params.layers);
     run_setup_free(&s->r);
     memset(s, 0, sizeof *s);

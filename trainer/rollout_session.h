@@ -27,7 +27,7 @@ typedef struct {
     gen_engine *eng;      /* during a rollout phase (eval: from init to free) */
     gen_config gc;        /* its settings, for every rollout phase */
     model infer;          /* sharded: the engine's view of the inference copy (cfg, layout, ctx, params) */
-    void *infer_buf;      /* the inference copy (act), infer_bytes long, during a rollout phase */
+    int infer_live;       /* its params hold a gathered copy (zero_gather_full): during a rollout phase */
     size_t infer_bytes;   /* of the last rollout phase (0 unsharded) */
     size_t kv_bytes;      /* the last engine's KV cache */
     rl_env_setup es;

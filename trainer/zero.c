@@ -210,22 +210,35 @@ size_t zero_full_bytes(const zero *z) {
     return n * ops_act_size(z->ctx);
 }
 
-void zero_gather_full(zero *z, void *buf, param_buffers *out) {
+/* The unit's pointer slot inside a buffer set. */
+static void **unit_slot(const zero *z, param_buffers *b, int u) {
+    switch (full_index(z, u)) {
+    case 0: return &b->embed;
+    case 1: return &b->final_norm;
+    case 2: return &b->lm_head;
+    default: return &b->layers[u - 1];
+    }
+}
+
+void zero_gather_full(zero *z, param_buffers *out) {
     const size_t A = ops_act_size(z->ctx);
-    char *p = buf;
     out->n_layers = z->n_layers;
     out->elem_size = A;
     out->lm_head = NULL;
     for (int i = 0; i < z->n_units; i++) {
         const zero_unit *u = &z->u[i];
+        void *p = ops_alloc(z->ctx, u->len * (size_t)z->c->world * A);
         comm_all_gather(z->c, p, u->param, u->len * A);
-        switch (full_index(z, i)) {
-        case 0: out->embed = p; break;
-        case 1: out->final_norm = p; break;
-        case 2: out->lm_head = p; break;
-        default: out->layers[i - 1] = p;
-        }
-        p += u->len * (size_t)z->c->world * A;
+        *unit_slot(z, out, i) = p;
+    }
+}
+
+void zero_full_free(zero *z, param_buffers *full) {
+    ops_sync(z->ctx);
+    for (int i = 0; i < z->n_units; i++) {
+        void **p = unit_slot(z, full, i);
+        if (*p) ops_free(z->ctx, *p);
+        *p = NULL;
     }
 }
 

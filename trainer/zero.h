@@ -93,10 +93,12 @@ void zero_keep_reference(zero *z);
 void zero_use_reference(zero *z, int on);
 
 /* The inference copy: every unit's act shards all-gathered (collective) into
- * buf, zero_full_bytes long, one padded unit after the other; out's pointers
- * (out->layers: n_layers slots the caller owns) land on the units. */
+ * one buffer per unit (padded; the allocator's alignment, which the ops'
+ * vector loads want, for each), zero_full_bytes in all; out->layers holds
+ * n_layers slots the caller owns. zero_full_free frees the units. */
 size_t zero_full_bytes(const zero *z);
-void zero_gather_full(zero *z, void *buf, param_buffers *out);
+void zero_gather_full(zero *z, param_buffers *out);
+void zero_full_free(zero *z, param_buffers *full);
 
 /* The model hook zero_init installs (user = z); a caller that wraps it (a
  * benchmark timing each layer) calls it from its own. */

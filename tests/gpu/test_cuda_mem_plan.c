@@ -219,8 +219,7 @@ static void run_rl_sharded(void) {
     view.params.layers = dk_calloc((size_t)mc.n_layers, sizeof(void *));
     CHECK(zero_full_bytes(&z) == p.bytes[MEM_INFER_COPY][MEM_ROLLOUT], "rl sharded: inference copy %zu bytes, plan %zu",
           zero_full_bytes(&z), p.bytes[MEM_INFER_COPY][MEM_ROLLOUT]);
-    void *copy = ops_alloc(&ctx, zero_full_bytes(&z));
-    zero_gather_full(&z, copy, &view.params);
+    zero_gather_full(&z, &view.params);
     gen_config gc;
     rollout_session_gen_config(&cfg, &mc, p.rollout_seqs, &gc);
     gc.cache_bytes = p.bytes[MEM_KV_CACHE][MEM_ROLLOUT];
@@ -234,7 +233,7 @@ static void run_rl_sharded(void) {
     check_phase("rollout", free0 - device_free_bytes(0), p.total[MEM_ROLLOUT] - ctx_est);
 
     gen_free(eng);
-    ops_free(&ctx, copy);
+    zero_full_free(&z, &view.params);
     free(view.params.layers);
     zero_free(&z);
     comm_close(&c);

@@ -12,19 +12,11 @@
 set -eu
 . "$(dirname "$0")/need_gpu.sh"
 . "$(dirname "$0")/../mpi/mpirun.sh"
-train="${DK_BUILD:-build}/train"
+. "$(dirname "$0")/dist_cuda_runs.sh"
 py="${DK_PYTHON:-python3}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common=(configs/tiny-sft.ini run.device=cuda run.steps=20 ckpt.resume=none)
-"$train" "${common[@]}" run.dir="$tmp/one" > "$tmp/one.log" || { tail -20 "$tmp/one.log"; exit 1; }
-DK_ZERO=1 "$train" "${common[@]}" run.dir="$tmp/nccl1" dist.backend=nccl > "$tmp/nccl1.log" ||
-    { tail -20 "$tmp/nccl1.log"; exit 1; }
-grep -q "ZeRO-3" "$tmp/nccl1.log" && grep -q "(nccl)" "$tmp/nccl1.log" || { echo "FAIL: not sharded over nccl"; exit 1; }
-for r in a b; do
-    dk_mpirun 2 "$train" "${common[@]}" run.dir="$tmp/two_$r" dist.backend=mpi > "$tmp/two_$r.log" 2>&1 ||
-        { tail -20 "$tmp/two_$r.log"; exit 1; }
-done
+dist_cuda_runs configs/tiny-sft.ini run.device=cuda run.steps=20 ckpt.resume=none
 "$py" - "$tmp" <<'PY'
 import json, sys
 d = sys.argv[1]

@@ -156,25 +156,29 @@ static void run_arch(comm *c, ops_ctx *ctx, dk_arch arch) {
     CHECK(bad == 0, "%s: %d parameters differ after one AdamW step (worst %.2e)", name, bad, worst);
     CHECK(zero_step_count(&z) == 1, "%s: step count %d", name, zero_step_count(&z));
 
-    /* The inference copy: every unit whole, then its padding. */
+    /* The inference copy: every unit whole, then its padding; it takes
+     * zero_full_bytes and gives them back. */
     {
-        void *buf = ops_alloc(ctx, zero_full_bytes(&z));
+        const size_t before = ops_mem_bytes(ctx);
         param_buffers inf = {0};
         inf.layers = dk_calloc((size_t)mc.n_layers, sizeof(void *));
-        zero_gather_full(&z, buf, &inf);
+        zero_gather_full(&z, &inf);
         size_t at = 0;
         bad = 0;
         for (int u = 0; u < z.n_units; u++) {
             const float *a = unit_of(&inf, mc.n_layers, u), *b = unit_of(&got, mc.n_layers, u);
-            bad += a != (const float *)buf + at;
             bad += memcmp(a, b, z.u[u].n * sizeof(float)) != 0;
             for (size_t i = z.u[u].n; i < z.u[u].len * (size_t)W; i++) bad += a[i] != 0.0f;
             at += z.u[u].len * (size_t)W;
         }
-        CHECK(bad == 0 && at * sizeof(float) == zero_full_bytes(&z) && inf.elem_size == sizeof(float),
+        CHECK(bad == 0 && inf.elem_size == sizeof(float) && (mc.tie_embeddings ? !inf.lm_head : !!inf.lm_head),
               "%s: the inference copy is not the gathered weights unit by unit (%d bad)", name, bad);
+        CHECK(at * sizeof(float) == zero_full_bytes(&z) && ops_mem_bytes(ctx) - before == zero_full_bytes(&z),
+              "%s: the inference copy took %zu bytes, zero_full_bytes %zu, its units %zu", name,
+              ops_mem_bytes(ctx) - before, zero_full_bytes(&z), at * sizeof(float));
+        zero_full_free(&z, &inf);
+        CHECK(ops_mem_bytes(ctx) == before && !inf.embed && !inf.layers[0], "%s: the inference copy was not freed", name);
         free(inf.layers);
-        ops_free(ctx, buf);
     }
     /* The reference swapped in and out; the working set released and made
      * again around a model re-created, as an RL step's phases do. */

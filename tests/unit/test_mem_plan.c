@@ -259,12 +259,15 @@ static void test_rank_batch_and_fit(void) {
     CHECK(p.kv_token_bytes == 16, "KV bytes per token %zu, want 16", p.kv_token_bytes);
     CHECK(p.kv_need_one == 16 && p.kv_need_all == 64, "KV need %ld / %ld tokens, want 16 / 64", p.kv_need_one,
           p.kv_need_all);
-    /* The cache is whole 16-token pages of what is left above the margin. */
+    /* The cache is whole 16-token pages of rl.kv_cache_fraction (0.5 by
+     * default) of what the rest of the phase leaves free, as gen_create
+     * sizes it from the free memory it is given. */
     const size_t page = 16 * 16, others = p.total[MEM_ROLLOUT] - p.bytes[MEM_KV_CACHE][MEM_ROLLOUT];
-    const size_t left = p.gpu_bytes - p.margin_bytes - others;
-    CHECK(p.bytes[MEM_KV_CACHE][MEM_ROLLOUT] == left / page * page && p.kv_tokens == (long)(left / page * 16),
+    const size_t share = (size_t)(cfg.rl.kv_cache_fraction * (double)(p.gpu_bytes - others));
+    CHECK(cfg.rl.kv_cache_fraction == 0.5 && p.bytes[MEM_KV_CACHE][MEM_ROLLOUT] == share / page * page &&
+              p.kv_tokens == (long)(share / page * 16),
           "KV cache %zu bytes (%ld tokens), want %zu", p.bytes[MEM_KV_CACHE][MEM_ROLLOUT], p.kv_tokens,
-          left / page * page);
+          share / page * page);
     cfg.train.micro_batch_tokens = 40;
     must(mem_plan_make(&p, &cfg, &mc, 3, DK_DEVICE_CUDA, (size_t)10e9, 0), "mem_plan_make");
     CHECK(p.train_tokens == 40, "micro_batch_tokens 40: planned %d", p.train_tokens);
@@ -281,15 +284,17 @@ static void test_rank_batch_and_fit(void) {
     CHECK(!p.fits, "fits in one byte less than total + margin");
 
     /* RL: a cache that cannot hold one conversation is not a fit, although
-     * the train phase is. */
+     * both phases are. No margin and kv_cache_fraction 0.5: the cache gets
+     * half of what is free, so one page needs twice its bytes free. */
     load(&cfg, ov, sizeof ov / sizeof ov[0]);
+    cfg.dist.margin_gb = 0;
     must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
-    const size_t base = p.total[MEM_ROLLOUT] - p.bytes[MEM_KV_CACHE][MEM_ROLLOUT] + p.margin_bytes;
-    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, base + 16 * 16 - 1, 0), "mem_plan_make");
+    const size_t base = p.total[MEM_ROLLOUT] - p.bytes[MEM_KV_CACHE][MEM_ROLLOUT];
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, base + 2 * 16 * 16 - 1, 0), "mem_plan_make");
     CHECK(!p.fits && p.kv_tokens == 0, "fits with %ld KV tokens, one conversation needs 16", p.kv_tokens);
-    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, base + 16 * 16, 0), "mem_plan_make");
-    CHECK(p.fits == (p.total[MEM_TRAIN] + p.margin_bytes <= p.gpu_bytes) && p.kv_tokens == 16,
-          "one page of cache: fits %d, %ld tokens", p.fits, p.kv_tokens);
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, base + 2 * 16 * 16, 0), "mem_plan_make");
+    CHECK(p.fits == (p.total[MEM_TRAIN] <= p.gpu_bytes) && p.kv_tokens == 16, "one page of cache: fits %d, %ld tokens",
+          p.fits, p.kv_tokens);
 }
 
 /* The check a CUDA run makes at start: refuses, naming the GPU, below the
