@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "dist/comm.h"
 #include "kernels/device.h"
 #include "rl/prompts.h"
 
@@ -57,6 +58,18 @@ dk_status rollout_session_init(rollout_session *s, const dk_config *cfg, int max
     return DK_OK;
 }
 
+/* How many of this node's ranks run on this rank's GPU (comm_pick gives
+ * local rank r the GPU r % n_gpus); 1 on the CPU. */
+static int gpu_sharers(const run_setup *r) {
+    if (r->ctx.gpu < 0) return 1;
+    const int n_gpus = device_count();
+    if (n_gpus <= 0) return 1;
+    const comm_place at = comm_where();
+    int n = 0;
+    for (int i = 0; i < at.local_world; i++) n += i % n_gpus == at.local_rank % n_gpus;
+    return n > 0 ? n : 1;
+}
+
 dk_status rollout_session_begin(rollout_session *s) {
     if (s->eng) return DK_OK;
     run_setup_train_release(&s->r);
@@ -67,9 +80,12 @@ dk_status rollout_session_begin(rollout_session *s) {
         s->infer_live = 1;
         m = &s->infer;
     }
-    /* The cache takes its share of what is free once the rest is in. */
+    /* The cache takes its share of what is free once the rest is in. Ranks
+     * that share this GPU (mpi backend) size their caches at about the same
+     * moment from the same free memory, so each counts only its part of it:
+     * two ranks each taking kv_cache_fraction of all of it ran out. */
     gen_config gc = s->gc;
-    if (gc.cache_bytes == 0) gc.free_bytes = device_free_bytes(s->r.ctx.gpu);
+    if (gc.cache_bytes == 0) gc.free_bytes = device_free_bytes(s->r.ctx.gpu) / (size_t)gpu_sharers(&s->r);
     DK_TRY(gen_create(&s->eng, m, &gc));
     const gen_config *got = gen_get_config(s->eng);
     s->kv_bytes = (size_t)got->n_pages * gen_page_bytes(&m->cfg, &s->r.ctx, got->page_size);

@@ -151,6 +151,9 @@ class FakeCandidate:
         if op == "release":
             self.outs = {}
             return {"ok": True}, []
+        if op == "pool":  # the inputs drawn before any clock starts
+            assert header["seeds"] == self.ev.pool_seeds, header
+            return {"ok": True}, []
         raise AssertionError(f"the judge asked the candidate's process for {op!r}")
 
 
