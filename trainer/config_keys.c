@@ -152,7 +152,7 @@ const config_key config_keys[] = {
            "what scores a turn: kernelgym (evaluate the last python block) or toy (a verifiable digit-pattern "
            "reward that checks learning without a judge)"),
     K_FLOAT(rl, kv_cache_fraction, "0.5", CR_PROB,
-            "share of the GPU memory left free after the model that the rollout KV cache takes"),
+            "share of the GPU memory free when the rollout phase begins (after the model, or after the shards and the inference copy when sharded; divided among ranks that share a GPU) that the KV cache takes"),
     K_BOOL(rl, decode_graphs, "true", 0,
            "rollout decode steps replay captured CUDA graphs (fewer kernel launches; cuda only; false launches "
            "every kernel)"),
