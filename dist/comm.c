@@ -121,6 +121,15 @@ void comm_abort_job(int code, const char *msg) {
     exit(code);
 }
 
+int comm_gpu_of(const comm_place *at, int n_gpus) { return n_gpus > 0 ? at->local_rank % n_gpus : 0; }
+
+int comm_gpu_sharers(const comm_place *at, int n_gpus) {
+    if (n_gpus <= 0) return 1;
+    int n = 0;
+    for (int i = 0; i < at->local_world; i++) n += i % n_gpus == comm_gpu_of(at, n_gpus);
+    return n > 0 ? n : 1;
+}
+
 dk_status comm_pick(comm_backend want, int cuda, int n_gpus, const comm_place *at, comm_backend *backend, int *gpu) {
     *gpu = 0;
     if (!cuda) {
@@ -131,7 +140,7 @@ dk_status comm_pick(comm_backend want, int cuda, int n_gpus, const comm_place *a
     }
     if (n_gpus <= 0) return dk_fail(DK_ERR_USAGE, "run.device = cuda but no GPU is visible on this node");
     const int own = at->local_world <= n_gpus; /* every local rank has a GPU of its own */
-    *gpu = at->local_rank % n_gpus;
+    *gpu = comm_gpu_of(at, n_gpus);
     if (want == COMM_NCCL) {
         if (!comm_nccl_built())
             return dk_fail(DK_ERR_USAGE, "[dist] backend = nccl, but this build has no NCCL (use mpi or auto)");

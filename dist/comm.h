@@ -69,6 +69,10 @@ void comm_abort_job(int code, const char *msg) __attribute__((noreturn));
  * dist.backend) on nccl for the CPU backend, nccl without NCCL in the build,
  * or nccl with more local ranks than GPUs. */
 dk_status comm_pick(comm_backend want, int cuda, int n_gpus, const comm_place *at, comm_backend *backend, int *gpu);
+/* The GPU comm_pick gives a local rank (r % n_gpus), and how many of the
+ * node's ranks share that GPU (1 when n_gpus <= 0). */
+int comm_gpu_of(const comm_place *at, int n_gpus);
+int comm_gpu_sharers(const comm_place *at, int n_gpus);
 
 /* Opens the communicator of every rank of the job over ctx (collective:
  * every rank calls it). NCCL's communicator is made from an ncclUniqueId that

@@ -58,18 +58,6 @@ dk_status rollout_session_init(rollout_session *s, const dk_config *cfg, int max
     return DK_OK;
 }
 
-/* How many of this node's ranks run on this rank's GPU (comm_pick gives
- * local rank r the GPU r % n_gpus); 1 on the CPU. */
-static int gpu_sharers(const run_setup *r) {
-    if (r->ctx.gpu < 0) return 1;
-    const int n_gpus = device_count();
-    if (n_gpus <= 0) return 1;
-    const comm_place at = comm_where();
-    int n = 0;
-    for (int i = 0; i < at.local_world; i++) n += i % n_gpus == at.local_rank % n_gpus;
-    return n > 0 ? n : 1;
-}
-
 dk_status rollout_session_begin(rollout_session *s) {
     if (s->eng) return DK_OK;
     run_setup_train_release(&s->r);
@@ -85,7 +73,10 @@ dk_status rollout_session_begin(rollout_session *s) {
      * moment from the same free memory, so each counts only its part of it:
      * two ranks each taking kv_cache_fraction of all of it ran out. */
     gen_config gc = s->gc;
-    if (gc.cache_bytes == 0) gc.free_bytes = device_free_bytes(s->r.ctx.gpu) / (size_t)gpu_sharers(&s->r);
+    if (gc.cache_bytes == 0) {
+        const comm_place at = comm_where();
+        gc.free_bytes = device_free_bytes(s->r.ctx.gpu) / (size_t)comm_gpu_sharers(&at, device_count());
+    }
     DK_TRY(gen_create(&s->eng, m, &gc));
     const gen_config *got = gen_get_config(s->eng);
     s->kv_bytes = (size_t)got->n_pages * gen_page_bytes(&m->cfg, &s->r.ctx, got->page_size);
