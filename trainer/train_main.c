@@ -88,6 +88,13 @@ int main(int argc, char **argv) {
     run_lock lock;
     if (at.rank == 0) {
         config_print(&cfg, stdout);
+        /* dist.world is what `--plan` plans for (a recipe's GPU count); the
+         * run's own world is the launcher's. Say so when they differ, so a
+         * plan read earlier is not taken for this run's. */
+        if (cfg.dist.world > 0 && cfg.dist.world != at.world)
+            printf("note: dist.world = %d is the world `train --plan` plans for; this run has %d rank(s), and the "
+                   "memory check at start plans for %d\n",
+                   cfg.dist.world, at.world, at.world);
         st = run_lock_acquire(cfg.run.dir, &lock);
         if (st != DK_OK) runtime_error(st, at);
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # train --plan on the recipes: configs/drkernel14b.ini and drkernel8b.ini fit
-# 8 GPUs of 141 GB (exit 0), the 14B recipe does not fit one (exit 1, with
+# 8 GPUs of 141 GB (exit 0; their [dist] world = 8 makes that the plain --plan), the 14B recipe does not fit one (exit 1, with
 # the table), the shape read from a checkpoint's config.json (model.path) or
 # the world size from the launcher plan the same, and a config that cannot be
 # planned exits 2. The tables go to
@@ -29,8 +29,12 @@ plan 8b_w8 0 configs/drkernel8b.ini dist.world=8
 plan 14b_w1 1 configs/drkernel14b.ini dist.world=1
 grep -q "DOES NOT FIT" "$tmp/14b_w1" && grep -q "^  parameter shard " "$tmp/14b_w1" ||
     { echo "FAIL: world 1 printed no table or no verdict"; exit 1; }
+# The recipes' own [dist] world = 8 is what a plain --plan plans for.
+plan 14b_plain 0 configs/drkernel14b.ini
+grep -q "^world 8 (dist.world)" "$tmp/14b_plain" && cmp -s "$tmp/14b_plain" "$tmp/14b_w8" ||
+    { echo "FAIL: plain --plan of the 14B recipe is not its world-8 plan"; exit 1; }
 # world 0 is the launcher's: Open MPI's size when there is one.
-OMPI_COMM_WORLD_SIZE=8 plan 14b_launch 0 configs/drkernel14b.ini
+OMPI_COMM_WORLD_SIZE=8 plan 14b_launch 0 configs/drkernel14b.ini dist.world=0
 grep -q "^world 8 (the launcher's)" "$tmp/14b_launch" &&
     cmp -s <(tail -n +2 "$tmp/14b_launch") <(tail -n +2 "$tmp/14b_w8") ||
     { echo "FAIL: OMPI_COMM_WORLD_SIZE=8 plans differently from world 8"; exit 1; }

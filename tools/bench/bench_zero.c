@@ -27,6 +27,7 @@
 #include "trainer/zero.h"
 
 #define MAX_LAYERS 8
+#define PEAK_TFLOPS 989.0 /* H200 dense bf16, datasheet (as bench_train.c) */
 
 typedef struct {
     zero *z;
@@ -155,7 +156,16 @@ int main(int argc, char **argv) {
     for (int l = 0; l < mc.n_layers; l++) {
         printf("  %d | %8.2f | %8.2f\n", l, tm.fwd[l] * 1e3, tm.bwd[l] * 1e3);
     }
-    printf("best step %.1f ms, %.0f tokens/s per rank\n", best * 1e3, T / best);
+    /* Model FLOPs as bench_train.c counts them (recompute not counted):
+     * 6 N T for the layers, 6 C V T for the lm head, causal attention over
+     * the 4 packed sequences, forward + backward. */
+    const double S = T / 4.0, hq = (double)mc.n_heads * mc.head_dim;
+    const double n_layer = (double)mc.n_layers * (double)m.layout.layer_size + (double)m.layout.final_norm_size;
+    const double flops = 6.0 * n_layer * T + 6.0 * (double)mc.hidden_size * mc.vocab_size * T +
+                         4.0 * 4.0 * S * S * hq * mc.n_layers / 2.0 * 3.0;
+    printf("best step %.1f ms, %.0f tokens/s per rank, %.1f TFLOP/s per rank: MFU %.1f%% of %.0f TFLOP/s (H200 dense "
+           "bf16)\n",
+           best * 1e3, T / best, flops / best / 1e12, 100.0 * flops / best / (PEAK_TFLOPS * 1e12), PEAK_TFLOPS);
     printf("memory per rank: shards, gathered embedding / lm head and layer slots %.1f MB; activations and "
            "workspace %.1f MB",
            z.device_bytes / 1e6, model_device_bytes(&m) / 1e6);
