@@ -13,12 +13,14 @@
  * order of float sums. */
 #include "trainer/sft.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
+#include "dist/comm.h"
 #include "data/sft_data.h"
 #include "trainer/checkpoint.h"
 #include "trainer/lr_schedule.h"
@@ -68,7 +70,15 @@ static void pack(packed *p, const sft_dataset *ds, const int *idx, int n) {
 dk_status sft_run(const dk_config *cfg) {
     const int B = cfg->train.batch_size;
     const micro_plan plan = micro_plan_make(cfg, B, 1);
-    const int max_tokens = (int)plan.max_tokens;
+    /* A rank runs its slice of each micro-batch: at most ceil(seqs / world)
+     * of its sequences when the micro-batch counts sequences, the whole
+     * token bound when it counts tokens. The activations are planned for
+     * that, as trainer/mem_plan.c plans them. */
+    const int world = comm_where().world;
+    long rank_tokens = plan.max_tokens;
+    if (plan.max_seqs != INT_MAX)
+        rank_tokens = (long)((plan.max_seqs + world - 1) / world) * cfg->data.max_length;
+    const int max_tokens = (int)(rank_tokens < plan.max_tokens ? rank_tokens : plan.max_tokens);
     run_setup r;
     dk_status st = run_setup_init(&r, cfg, max_tokens, 0);
     if (st != DK_OK) {
