@@ -203,7 +203,7 @@ const config_key config_keys[] = {
            "collectives between ranks: nccl (GPU buffers, one GPU per rank), mpi (host buffers: the CPU backend, "
            "or CUDA ranks that share a GPU, staged through the host); auto: nccl on cuda when every rank has its own "
            "GPU, else mpi"),
-    K_INT(dist, world, "0", CR_NONNEG, "`train --plan` only: the world size to plan for (0: the launcher's)"),
+    K_INT(dist, world, "0", CR_NONNEG, "`train --plan` only: the world size to plan for (0: the launcher's). The 8B/14B recipes set 8; a run whose launcher world differs prints a note and checks its memory at its own world"),
     K_FLOAT(dist, gpu_memory_gb, "0", CR_NONNEG,
             "`train --plan` only: memory of one GPU, in GB of 10^9 bytes (0: ask the device; 141 where there is "
             "none); a CUDA run checks its plan against the device's own memory"),
