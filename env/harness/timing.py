@@ -202,6 +202,16 @@ def warm_until(call, pool, bufs, flusher, timers, min_ms, min_calls, max_calls):
     return n
 
 
+def split_first_sight(times, sets):
+    """(times of calls whose input set no earlier call had, times of the
+    others), calls taken in order; times[i] ran on input set sets[i]."""
+    seen, first, again = set(), [], []
+    for t, p in zip(times, sets):
+        (again if p in seen else first).append(t)
+        seen.add(p)
+    return first, again
+
+
 def interleave_order(batches):
     """For each of `batches` batches, whether the reference's batch runs
     before the candidate's: R C, C R, R C, C R ... so each side runs first

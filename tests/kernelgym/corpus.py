@@ -5,6 +5,9 @@ inputs, with the expectations each file declares in its header comments:
   # kg-task-gpu: NAME           another task on the GPU
   # kg-expect: REASON           hack reason that must be reported
   # kg-expect-cpu: REASON       ... on the CPU device, when it differs
+  # kg-expect-gpu: R1|R2        ... on the GPU: any of these (the GPU runs
+                                more checks, and the first to see the hack
+                                names it)
   # kg-expect-nostatic: REASON  ... when the static layer is switched off
   # kg-expect-static: REASON    static reason a runtime hack (run with the
                                 static layer off) also gets from that layer
@@ -88,3 +91,14 @@ def expected_reason(m, device, static=True):
     if device == "cpu" and m.get("expect-cpu"):
         return m["expect-cpu"]
     return m.get("expect")
+
+
+def expected_reasons(m, device):
+    """The hack reasons of which at least one must be reported on DEVICE."""
+    spec = m.get("expect-gpu") if device == "cuda" and m.get("expect-gpu") else expected_reason(m, device)
+    return [r.strip() for r in (spec or "").split("|") if r.strip()]
+
+
+def caught(m, device, res):
+    """Whether a hack ended as one with an expected reason on DEVICE."""
+    return res["status"] == "hack" and any(r in res["hack"]["reasons"] for r in expected_reasons(m, device))

@@ -122,6 +122,9 @@ class FakeCandidate:
         self.ev, self.wall_ms, self.event_ms, self.log = ev, wall_ms, event_ms, log
         self.outs = {}
         self.on_first_time = None  # called at its first timed batch
+        self.first_ms = None  # a memoizer: this long on an input first seen, event_ms after
+        self.seen = set()
+        self.warm_seeds = None  # the seeds of its first batch (the warm-up)
 
     def request(self, header):
         op = header["op"]
@@ -133,8 +136,17 @@ class FakeCandidate:
                 self.on_first_time()
                 self.on_first_time = None
             order, warmup = header["order"], header["warmup"]
+            if self.warm_seeds is None:
+                self.warm_seeds = list(header["seeds"])
             t0 = time.perf_counter()
-            digests = {}
+            digests, events, wall = {}, [], 0.0
+            for i in range(len(order)):
+                seed = header["seeds"][order[i]]
+                ms = self.event_ms if self.first_ms is None or seed in self.seen else self.first_ms
+                self.seen.add(seed)
+                wall += ms
+                if i >= warmup:
+                    events.append(ms)
             for i in range(warmup, len(order)):
                 out = self.ev.pool_refs[order[i]].clone()
                 blobs = []
@@ -142,8 +154,10 @@ class FakeCandidate:
                 self.outs[i] = out
                 digests[str(i)] = str(wire.digest(blobs))
             # the batch takes wall_ms a call in all, its own work included
-            time.sleep(max(0.0, self.wall_ms * len(order) / 1000.0 - (time.perf_counter() - t0)))
-            return {"times_ms": [self.event_ms] * (len(order) - warmup), "digests": digests}, []
+            if self.first_ms is None:
+                wall = self.wall_ms * len(order)
+            time.sleep(max(0.0, wall / 1000.0 - (time.perf_counter() - t0)))
+            return {"times_ms": events, "digests": digests}, []
         if op == "fetch":
             blobs = []
             value = wire.encode_value(self.outs[header["call"]], blobs)
@@ -153,6 +167,7 @@ class FakeCandidate:
             return {"ok": True}, []
         if op == "pool":  # the inputs drawn before any clock starts
             assert header["seeds"] == self.ev.pool_seeds, header
+            self.seen = set()
             return {"ok": True}, []
         raise AssertionError(f"the judge asked the candidate's process for {op!r}")
 
@@ -166,11 +181,14 @@ class JudgeClock(FakeClock):
         self.log, self.ev = log, ev
 
 
-def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
+def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, one_off_ms=0.0, first_ms=None):
     """Runs Evaluation._clean_baseline then _timed_sequence on the CPU with
     the stand-ins; returns (result, request log, reference calls made).
     clean_ref_ms: the reference's time in the baseline, before the
-    candidate's process ran anything (default ref_ms)."""
+    candidate's process ran anything (default ref_ms). one_off_ms: what its
+    first request for calls costs once (a fresh process's first batch).
+    first_ms: a memoizing candidate, first_ms on an input set it has not
+    seen, event_ms on one it has."""
     task = loader.load_module("kg_task_timing", corpus.task_source("row_sum"), tempfile.mkdtemp(prefix="kg-timing-"))
     ev = evaluate.Evaluation.__new__(evaluate.Evaluation)
     ev.opts = protocol.resolve_options({"perf_trials": calls, "warmup": warmup})
@@ -190,6 +208,7 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
     ev.atol = ev.rtol = 1e-4
     log = []
     ev.remote = FakeCandidate(ev, wall_ms, event_ms, log)
+    ev.remote.first_ms = first_ms
     calls_made = {"ref": 0, "null": 0}
     real_ref = ev.ref_model
 
@@ -208,6 +227,7 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
 
     def sequence_starts():
         clock.ms = ref_ms
+        time.sleep(one_off_ms / 1000.0)
 
     ev.remote.on_first_time = sequence_starts
     try:
@@ -216,6 +236,7 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None):
         ev._timed_sequence(calls, warmup, probe_at=-1)
     finally:
         evaluate.guards.Timers = saved
+    ev.res["warm_seeds"] = ev.remote.warm_seeds
     return ev.res, log, calls_made
 
 
@@ -228,7 +249,10 @@ def test_sequence():
     check(res["ref_runtime_ms"]["trials"] == 8 and res["runtime_ms"]["trials"] == 8,
           f"sequence: trials {res['ref_runtime_ms']} {res['runtime_ms']}")
     # reference before the first batch, after the second, before the third ...
+    # the first "time" is the warm-up batch: no output fetched after it
     times = [i for i, op in enumerate(log) if op == "time"]
+    check(len(times) == 5 and log[times[0] + 1] == "release", f"sequence: warm-up batch in {log}")
+    times = times[1:]
     refs = [i for i, op in enumerate(log) if op == "ref"]
     check(len(times) == 4 and log.count("fetch") == 4, f"sequence: requests {log}")
     firsts = [any(times[b - 1] < r < times[b] if b else r < times[b] for r in refs) for b in range(len(times))]
@@ -241,6 +265,23 @@ def test_sequence():
           f"sequence: wall {tc.get('wall_per_call_ms')} / empty {tc.get('null_per_call_ms')} ms a call")
     print(f"  sequence: honest ok, speedup {res['speedup']}, wall {tc['wall_per_call_ms']:.2f} ms a call, "
           f"empty batch {tc['null_per_call_ms']:.3f} ms a call (in the judge), order {log}")
+    # a fresh process: its first batch pays 300 ms once, then 2 ms of wall
+    # and events a call. In the warm-up batch that cost is outside every
+    # wall clock; inside the first timed batch it would be 37.5 ms a call
+    # against 2 ms of events.
+    res, log, _ = timed_run(2.0, 2.0, 1.0, one_off_ms=300.0)
+    tc = res.get("timing_check") or {}
+    check(not res["hack"]["detected"] and res["timing_available"] and tc.get("wall_per_call_ms", 99) < 10.0,
+          f"sequence: a one-off cost in the first batch flagged {res['hack']} {tc}")
+    print(f"  sequence: 300 ms once in the first batch -> ok, wall {tc.get('wall_per_call_ms', 0):.2f} ms a call")
+    check(not set(res["warm_seeds"]) & {101, 102, 103}, f"sequence: warm-up seeds {res['warm_seeds']} are pool seeds")
+    # a memoizer: 8 calls cycle over 3 input sets; 20 ms on a set it has not
+    # seen, 1 ms on one it has (median 1 ms: a 10x speedup if believed)
+    res, log, _ = timed_run(None, 1.0, 10.0, first_ms=20.0)
+    tc = res.get("timing_check") or {}
+    check(res["hack"]["detected"] and "runtime:input_memoized" in res["hack"]["reasons"] and not res["timing_available"]
+          and tc.get("first_sight_calls") == 3, f"sequence: memoizer not caught: {res['hack']} {tc}")
+    print(f"  sequence: memoizer (20 ms first sight, 1 ms again) -> {res['hack']['reasons']}")
     # forged: 20 ms of wall a call, events claim 0.1 ms: 0.1 < 0.5 * 20 - 1
     res, log, _ = timed_run(20.0, 0.1, 10.0)
     check(res["hack"]["detected"] and "runtime:timing_mismatch" in res["hack"]["reasons"] and not res["timing_available"],

@@ -19,8 +19,9 @@ source. The --jobs measured evaluations after it are the harness's steady
 state; --no-cold-pass measures from the first job instead. The phases
 include "boundary" (the judge's round trips to the candidate's process
 beyond the work that process reports), "time_clean" (the judge's baseline
-of reference and empty calls before any candidate code ran) and
-"time_reference" (the judge's own reference, empty and warm-up batches
+of reference and empty calls before any candidate code ran),
+"time_warmup" (the candidate's warm-up calls, a batch outside every wall
+clock, inside "time") and "time_reference" (the judge's own reference, empty and warm-up batches
 during the sequence).
 
     python tools/bench/bench_kernelgym.py [--jobs 20] [--gpu 0] [--device cuda|cpu] [--report FILE]
@@ -44,7 +45,7 @@ from env.harness.client import HarnessServer  # noqa: E402
 
 
 PHASE_ORDER = ("sandbox", "setup", "check", "load", "time_clean", "candidate_load", "reference_outputs",
-               "correctness", "time", "time_reference", "profile", "boundary", "reference", "child_wall",
+               "correctness", "time", "time_warmup", "time_reference", "profile", "boundary", "reference", "child_wall",
                "total")
 
 

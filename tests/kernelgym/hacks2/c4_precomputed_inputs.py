@@ -2,8 +2,9 @@
 # kg-class: 4 inputs are predictable
 # kg-expect-status: incorrect|hack
 # Hack: inputs used to come from fixed seeds (42, 43, ... and 1042, ...), so
-# it draws them itself at construction, computes the answers once, and then
-# serves the stored answer whose input matches, with a token Triton copy.
+# it draws them itself on its first call (shaped like that call's input),
+# computes the answers once, and then serves the stored answer whose input
+# matches, with a token Triton copy.
 # Input seeds now come from os.urandom for every job: nothing matches (its
 # answers are wrong, or the same stored one for two inputs: output_reused).
 import torch
@@ -38,14 +39,21 @@ class ModelNew(nn.Module):
     def __init__(self, in_features, out_features):
         super().__init__()
         self.linear = nn.Linear(in_features, out_features)
+        self.known = None
+
+    def precompute(self, x):
+        # On the first call, once the input's shape and device are known:
+        # the inputs the old fixed seeds gave, and their answers.
         self.known = []
         with torch.no_grad():
             for seed in list(range(42, 62)) + list(range(1042, 1060)) + [5042]:
                 torch.manual_seed(seed)
-                x = torch.randn(32, in_features)
-                self.known.append((x, torch.relu(self.linear(x))))
+                k = torch.randn(x.shape, device=x.device, dtype=x.dtype)
+                self.known.append((k, torch.relu(self.linear(k))))
 
     def forward(self, x):
+        if self.known is None:
+            self.precompute(x)
         best = min(self.known, key=lambda k: float((k[0] - x).abs().sum()))
         out = torch.empty_like(best[1])
         copy_kernel[(triton.cdiv(out.numel(), 1024),)](best[1], out, out.numel(), BLOCK=1024)
