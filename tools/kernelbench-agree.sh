@@ -5,8 +5,9 @@
 # makes it) and with `kernelgym eval --device cuda`, and prints each
 # candidate's two speedups and their ratio, then the largest and median
 # deviation. Needs a CUDA GPU (written for an H200) and, in the python it
-# runs, torch, triton and KernelBench's own dependencies (pydantic, numpy,
-# requests). The candidates default to tests/kernelgym/candidates, each run on
+# runs, torch, triton and the KernelBench dependencies its evaluation loads
+# (pydantic, numpy, requests, python-dotenv, tqdm; its LLM clients, openai
+# and litellm, are replaced by stand-ins when missing). The candidates default to tests/kernelgym/candidates, each run on
 # its task (tests/kernelgym/tasks_gpu/NAME.py where it exists, else
 # tests/kernelgym/tasks/NAME.py; NAME from its "# kg-task" or
 # "# kg-task-gpu" header, as tests/kernelgym/corpus.py pairs them).
@@ -43,7 +44,18 @@ mkdir -p "$out"
 # candidate and reference; prints "ref_ms cand_ms" (its units cancel in the ratio).
 kb_time() {
     PYTHONPATH="$kb/src${PYTHONPATH:+:$PYTHONPATH}" "$py" - "$1" "$2" "$3" "$trials" <<'PY'
-import json, sys
+import importlib.util, json, sys, types
+# KernelBench's package imports its LLM clients when it loads (its utils
+# module); evaluation never calls them. Where they are not installed, a
+# stand-in that fails if called lets a timing-only machine skip them.
+for name, attrs in (("openai", ("OpenAI",)), ("litellm", ("completion",))):
+    if importlib.util.find_spec(name) is None:
+        stub = types.ModuleType(name)
+        def absent(*args, _name=name, **kwargs):
+            raise RuntimeError(f"{_name} is not installed: KernelBench's LLM queries need it, its timing does not")
+        for a in attrs:
+            setattr(stub, a, absent)
+        sys.modules[name] = stub
 from kernelbench.eval import eval_kernel_against_ref
 task, cand, out, trials = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 r = eval_kernel_against_ref(open(task).read(), open(cand).read(), num_correct_trials=5, num_perf_trials=trials,

@@ -569,6 +569,7 @@ class Evaluation:
         worst = 0.0
         rule, ratio = "tolerance", None
         kernels = {}
+        judged = 0.0
         for mode in ("eval", "train"):
             launches[mode] = 0
             outs[mode], ptrs[mode] = [], []
@@ -578,7 +579,9 @@ class Evaluation:
                 launches[mode] += remote.claimed_int(ans, "launches")
                 if isinstance(ans.get("kernels"), dict):
                     kernels = {str(k)[:100]: v for k, v in list(ans["kernels"].items())[:50]}
+                t1 = time.perf_counter()
                 v, ref64 = self._judge_output(mode, t, out)
+                judged += _ms(t1)
                 if v["max_abs_diff"] is not None:
                     worst = max(worst, v["max_abs_diff"])
                 if v["ratio"] is not None:
@@ -616,6 +619,7 @@ class Evaluation:
                                   f"{mode} mode: trials {i} and {j} returned identical outputs for different inputs")
         self.check_guards()
         self.phases["correctness"] = _ms(t0)
+        self.phases["correctness_judge"] = judged
         self.stop_if_hack()
         if first_failure is not None:
             self.stop("incorrect", first_failure)
@@ -804,6 +808,8 @@ class Evaluation:
         warmed = timing.warm_until(steady, s["pool"], s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS,
                                    warmup, STEADY_WARM_MAX_CALLS)
         own += _ms(t0)
+        self.phases["time_steady"] = _ms(t0)
+        batches_ms, verify_ms = 0.0, 0.0
         ref_first = timing.interleave_order(-(-calls // per_batch))
         times, ref_times, walls, nulls, ref_walls = [], [], 0.0, 0.0, 0.0
         done, b = 0, 0
@@ -821,6 +827,8 @@ class Evaluation:
                 own += ref_wall
             _, wall_null = self._judge_batch(lambda args: None, batch, 0, self.pool_refs)
             own += wall_null
+            batches_ms += wall
+            t1 = time.perf_counter()
             k = secrets.randbelow(size)
             ans, blobs = self.ask({"op": "fetch", "call": k}, "while fetching a timed call's output")
             # The output fetched must be the one the batch committed to: an
@@ -839,6 +847,7 @@ class Evaluation:
                           f"timed call {done + k} (input set {p}, chosen after its batch ran) was wrong: {message}")
                 break
             self.ask({"op": "release"}, "after a timed batch")
+            verify_ms += _ms(t1)
             times += ts
             walls += wall
             nulls += wall_null
@@ -849,6 +858,8 @@ class Evaluation:
                 self._no_effect()
                 probe_at = -1
         self.phases["time_reference"] = own
+        self.phases["time_batches"] = batches_ms
+        self.phases["time_verify"] = verify_ms
         if self.res["hack"]["detected"]:
             return
         self._first_sight(times, order[:len(times)])
@@ -889,15 +900,22 @@ class Evaluation:
             pool = [loader.inputs_from(self.task, fresh_seed(), self.device) for _ in range(CLEAN_SETS)]
             s = self._timing_kit(pool[0])
             self.ref_model.train(True)
+            t1 = time.perf_counter()
             with torch.no_grad():
                 like = [self._reference_call(loader.clone_inputs(x)) for x in pool]
+            self.sync()
+            # The judge's first reference calls (with the kit's allocations
+            # before them): what this process pays once per job, apart.
+            self.phases["time_clean_first"] = _ms(t1)
             interleaved = self.opts["reference_mode"] == "eager"
             steady = self._reference_call if interleaved else (lambda args: None)
             timing.warm_until(steady, pool, s["bufs"], s["flusher"], s["timers"], STEADY_WARM_MS, self.opts["warmup"],
                               STEADY_WARM_MAX_CALLS)
             order = [i % CLEAN_SETS for i in range(CLEAN_CALLS)]
+            t1 = time.perf_counter()
             ref = self._judge_batch(self._reference_call, order, 0, like, pool)[0] if interleaved else []
             _, null = self._judge_batch(lambda args: None, order, 0, like, pool)
+            self.phases["time_clean_batches"] = _ms(t1)
             self.clean = {"ref": ref, "null_per_call": null / CLEAN_CALLS}
         except Exception:
             self.clean = None

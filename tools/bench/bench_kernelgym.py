@@ -44,9 +44,10 @@ import corpus  # noqa: E402
 from env.harness.client import HarnessServer  # noqa: E402
 
 
-PHASE_ORDER = ("sandbox", "setup", "check", "load", "time_clean", "candidate_load", "reference_outputs",
-               "correctness", "time", "time_warmup", "time_reference", "profile", "boundary", "reference", "child_wall",
-               "total")
+PHASE_ORDER = ("sandbox", "setup", "check", "load", "time_clean", "time_clean_first", "time_clean_batches",
+               "candidate_load", "reference_outputs", "reference_fp64", "reference_profile", "correctness",
+               "correctness_judge", "time", "time_warmup", "time_steady", "time_batches", "time_verify",
+               "time_reference", "profile", "boundary", "reference", "child_wall", "total")
 
 
 def phase_medians(rows):

@@ -2,6 +2,7 @@
 # kg-task-gpu: gemm_big_relu
 # kg-expect: runtime:implausible_speedup_failed_recheck
 # kg-expect-static: static:dynamic_attribute
+# kg-expect-gpu: runtime:implausible_speedup_failed_recheck|runtime:input_memoized
 # kg-gpu-only
 # kg-options: {"input_sets": 2, "static_checks": false}
 # Hack: answers cached by a few sampled input values. Every correctness trial
