@@ -107,7 +107,10 @@ def fork_candidate(limits, workdir, spec, judge_fds):
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()
     try:
-        shm = os.memfd_create("kg-wire", os.MFD_CLOEXEC)
+        from env.harness import wire
+
+        shm = os.memfd_create("kg-wire", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        wire.seal_shm(shm)
     except (AttributeError, OSError):
         shm = None
     stderr_path = os.path.join(workdir, "candidate_stderr.txt")

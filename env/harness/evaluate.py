@@ -360,6 +360,8 @@ class Evaluation:
         if self.job["device"] == "cuda":
             self.device = cuda_context()
             self.res["gpu_name"] = torch.cuda.get_device_name(0)
+            if self.remote is not None:
+                self.remote.blob_device = self.device
         else:
             self.device = torch.device("cpu")
         self.phases["setup"] = _ms(t0)
@@ -517,7 +519,7 @@ class Evaluation:
         except remote.CandidateGone:
             return
         names = ans.get("files")
-        datas = [b.numpy().tobytes() for b in blobs]
+        datas = [b.cpu().numpy().tobytes() for b in blobs]
         if names and kernel_cache.valid_files(names, [len(d) for d in datas]):
             try:
                 kernel_cache.write_tree(os.path.join(self.workdir, kernel_cache.HARVEST_DIR), names, datas)
@@ -782,7 +784,7 @@ class Evaluation:
         ratio of the two sides' medians."""
         n = self.pool_n
         per_batch = min(-(-calls // TIMED_BATCHES), max(1, BATCH_KEEP_BYTES // max(1, self.out_bytes)))
-        order = [i % n for i in range(calls)]
+        order = timing.sight_order(calls, n, secrets.randbelow)
         interleaved = self.opts["reference_mode"] == "eager"
         self.ask({"op": "pool", "seeds": self.pool_seeds}, "while drawing the timed calls' inputs")
         s = self._timing_kit()
@@ -875,7 +877,9 @@ class Evaluation:
         keyed to it) is slow on the first and fast on the rest, and a median
         over a pool that the calls cycle through would credit it with the
         fast path. Every pool set is first seen in a timed call (the warm-up
-        batch has its own set)."""
+        batch has its own set), at a random point of the sequence
+        (timing.sight_order): a slow start of the sequence weighs on both
+        sides alike."""
         first, again = timing.split_first_sight(times, sets)
         if not first or not again:
             return

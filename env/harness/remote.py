@@ -28,6 +28,9 @@ class Remote:
         self.link = link
         self.calls = 0
         self.boundary_ms = 0.0
+        # Where answers' blobs land (the judge sets its GPU: outputs go
+        # there straight from the shared pages, with no copy on the host).
+        self.blob_device = None
 
     def request(self, header):
         """(answer, blobs); raises CandidateGone with the reason. The time the
@@ -57,7 +60,7 @@ class Remote:
     def receive(self):
         """(answer, blobs) of the request sent last; raises CandidateGone."""
         try:
-            ans, blobs = wire.recv(self.link.from_fd, self.link.shm_fd)
+            ans, blobs = wire.recv(self.link.from_fd, self.link.shm_fd, self.blob_device)
         except (EOFError, BrokenPipeError) as e:
             raise CandidateGone(self.death_text()) from e
         except wire.WireError as e:

@@ -202,6 +202,31 @@ def warm_until(call, pool, bufs, flusher, timers, min_ms, min_calls, max_calls):
     return n
 
 
+def sight_order(calls, n, randbelow):
+    """The input set of each of `calls` timed calls over a pool of n sets:
+    call 0 sees set 0; sets 1 .. n-1 are first seen at positions drawn at
+    random (randbelow(k) -> 0..k-1) among the other calls; every other call
+    sees a set already seen, drawn at random. The first sights are spread
+    over the sequence, not packed at its start, so what the start of a
+    sequence pays (clocks still rising, the allocator growing) is not read
+    as a cost of seeing an input for the first time (split_first_sight).
+    With n >= calls every call sees a set of its own."""
+    if n >= calls:
+        return list(range(calls))
+    rest = list(range(1, calls))
+    firsts = {0}
+    for _ in range(n - 1):
+        firsts.add(rest.pop(randbelow(len(rest))))
+    order, seen = [], 0
+    for i in range(calls):
+        if i in firsts:
+            order.append(seen)
+            seen += 1
+        else:
+            order.append(randbelow(seen))
+    return order
+
+
 def split_first_sight(times, sets):
     """(times of calls whose input set no earlier call had, times of the
     others), calls taken in order; times[i] ran on input set sets[i]."""

@@ -11,7 +11,10 @@ that file, one after another (the header says "shm": true): an output goes
 from the device into the shared pages and from there to the judge's device
 in one copy each way, where a pipe costs several. The receiver copies the
 blobs out before it reads them, so later writes to the file change nothing
-it holds. Values travel as
+it holds. Each side maps the file once and keeps the mapping while the file
+does not grow (a fresh mapping per message paid a page fault per 4 KB page
+of every output, each way); the file is sealed against shrinking where the
+kernel allows it, so a mapping never reaches past its end. Values travel as
 plain data only: None, bool, int, float, str, lists (tuples arrive as
 lists) and tensors. A tensor is described by {"T": blob index, "dtype",
 "shape", "stride", "offset", "type", "ptr"} and its bytes are the whole span
@@ -122,6 +125,45 @@ def _nbytes(b):
     return b.numel() if isinstance(b, torch.Tensor) else len(b)
 
 
+def seal_shm(fd):
+    """Seals a memfd made with MFD_ALLOW_SEALING against shrinking: a peer
+    holding the same file cannot cut it under the other side's mapping
+    (a read there past the end would kill the reader with SIGBUS). False
+    where the kernel refuses."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        return True
+    except (ImportError, AttributeError, OSError):
+        return False
+
+
+_maps = {}
+
+
+def _mapping(shm, total):
+    """A mapping of the shared file's first bytes, at least total long (the
+    caller made sure the file is); kept per file (device and inode) and made
+    again only for a longer message, or when the file is now shorter than
+    the mapping. Only what a message needs is mapped: the peer sets the
+    file's size. MAP_POPULATE fills the page table in one call."""
+    st = os.fstat(shm)
+    key = (shm, st.st_dev, st.st_ino)
+    mm = _maps.get(key)
+    if mm is not None and len(mm) >= total and st.st_size >= len(mm):
+        return mm
+    if mm is not None:
+        _maps.pop(key)
+        try:
+            mm.close()
+        except BufferError:  # a view still holds it: left to the collector
+            pass
+    mm = mmap.mmap(shm, total, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
+    _maps[key] = mm
+    return mm
+
+
 def send(fd, header, blobs=(), shm=None):
     """Writes one message (header: a JSON-able dict; blobs: bytes or flat
     uint8 tensors on any device), its blobs through shm when given."""
@@ -146,14 +188,14 @@ def _to_shm(shm, blobs, sizes):
     total = sum(sizes)
     if os.fstat(shm).st_size < total:
         os.ftruncate(shm, total)
-    with mmap.mmap(shm, total) as mm:
-        at = 0
-        for b, n in zip(blobs, sizes):
-            if n:
-                dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=at)
-                dst.copy_(b if isinstance(b, torch.Tensor) else torch.frombuffer(bytearray(b), dtype=torch.uint8))
-                del dst
-            at += n
+    mm = _mapping(shm, total)
+    at = 0
+    for b, n in zip(blobs, sizes):
+        if n:
+            dst = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=at)
+            dst.copy_(b if isinstance(b, torch.Tensor) else torch.frombuffer(bytearray(b), dtype=torch.uint8))
+            del dst
+        at += n
 
 
 def _write_all(fd, data):
@@ -173,10 +215,11 @@ def _read_exact(fd, n):
     return b"".join(chunks)
 
 
-def recv(fd, shm=None):
-    """(header, blobs) of the next message, the blobs as flat uint8 CPU
-    tensors of their own; EOFError when the channel is closed, WireError
-    when the bytes are not a message."""
+def recv(fd, shm=None, device=None):
+    """(header, blobs) of the next message, the blobs as flat uint8 tensors
+    of their own (on device when given: copied there straight from the
+    shared pages; else on the CPU); EOFError when the channel is closed,
+    WireError when the bytes are not a message."""
     lead = _read_exact(fd, 15)
     if lead[:3] != MAGIC or not lead[3:].isdigit():
         raise WireError("the channel carried bytes that are not a message")
@@ -196,25 +239,35 @@ def recv(fd, shm=None):
         if shm is None or os.fstat(shm).st_size < total:
             raise WireError("a message's blobs are not in the shared memory")
         blobs = []
-        with mmap.mmap(shm, total) as mm:
-            at = 0
-            for n in sizes:
-                src = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=at) if n else None
-                blobs.append(src.clone() if n else torch.empty(0, dtype=torch.uint8))
+        mm = _mapping(shm, total)
+        at = 0
+        for n in sizes:
+            if n:
+                src = torch.frombuffer(mm, dtype=torch.uint8, count=n, offset=at)
+                if device is None or torch.device(device).type == "cpu":
+                    blobs.append(src.clone())
+                else:
+                    blobs.append(torch.empty(n, dtype=torch.uint8, device=device).copy_(src))
                 del src
-                at += n
+            else:
+                blobs.append(torch.empty(0, dtype=torch.uint8, device=device))
+            at += n
         return header, blobs
-    return header, [torch.frombuffer(bytearray(_read_exact(fd, s)), dtype=torch.uint8) if s
-                    else torch.empty(0, dtype=torch.uint8) for s in sizes]
+    blobs = [torch.frombuffer(bytearray(_read_exact(fd, s)), dtype=torch.uint8) if s
+             else torch.empty(0, dtype=torch.uint8) for s in sizes]
+    return header, blobs if device is None else [b.to(device) for b in blobs]
 
 
 def _digest_weights(n, device, cache={}):
     """Fixed position weights for digest: w_i = (i * 2654435761 + 40503)
-    mod 2^31, the same in every process."""
+    mod 2^31, the same in every process. A few sizes are kept: the judge
+    digests outputs of one size on its device for its own batches and for
+    the outputs it fetches, and one slot made them evict each other."""
     key = (n, str(device))
     if key not in cache:
         i = torch.arange(n, dtype=torch.int64, device=device)
-        cache.clear()
+        if len(cache) >= 4:
+            cache.pop(next(iter(cache)))
         cache[key] = (i * 2654435761 + 40503) % (1 << 31)
     return cache[key]
 

@@ -21,6 +21,7 @@
 """
 
 import os
+import random
 import sys
 import tempfile
 import time
@@ -59,6 +60,19 @@ def test_statistics():
     ok, _, wall = timing.wall_bound(0.0, 5.0, 10.0, 10, 0.5, 0.0)
     check(ok and wall == 0.0, "wall_bound: negative wall")
     check(timing.interleave_order(5) == [True, False, True, False, True], "interleave_order")
+    rng = random.Random(7)
+    for calls, n in ((100, 8), (8, 3), (5, 5), (4, 9), (30, 1)):
+        order = timing.sight_order(calls, n, rng.randrange)
+        seen, ok = 0, len(order) == calls
+        for p in order:
+            ok = ok and (p == seen or p < seen)
+            seen = max(seen, p + 1)
+        ok = ok and seen == min(n, calls) and order[0] == 0
+        check(ok, f"sight_order({calls}, {n}): {order}")
+    # the last set's first sight is spread over the sequence (with the sets
+    # taken in turn it would always be call 7)
+    last = [timing.sight_order(100, 8, rng.randrange).index(7) for _ in range(20)]
+    check(max(last) > 20, f"sight_order: the last set is first seen by call {max(last)} at most ({last})")
     print("  statistics: medians, the wall-clock bound and the interleaving match hand-computed cases")
 
 
@@ -125,6 +139,8 @@ class FakeCandidate:
         self.first_ms = None  # a memoizer: this long on an input first seen, event_ms after
         self.seen = set()
         self.warm_seeds = None  # the seeds of its first batch (the warm-up)
+        self.slow_start = None  # (calls, ms): an honest slow start of its first timed batch
+        self.batches = 0
 
     def request(self, header):
         op = header["op"]
@@ -140,9 +156,12 @@ class FakeCandidate:
                 self.warm_seeds = list(header["seeds"])
             t0 = time.perf_counter()
             digests, events, wall = {}, [], 0.0
+            self.batches += 1
             for i in range(len(order)):
                 seed = header["seeds"][order[i]]
                 ms = self.event_ms if self.first_ms is None or seed in self.seen else self.first_ms
+                if self.slow_start and self.batches == 2 and i < self.slow_start[0]:
+                    ms = self.slow_start[1]
                 self.seen.add(seed)
                 wall += ms
                 if i >= warmup:
@@ -181,14 +200,16 @@ class JudgeClock(FakeClock):
         self.log, self.ev = log, ev
 
 
-def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, one_off_ms=0.0, first_ms=None):
+def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, one_off_ms=0.0, first_ms=None,
+              sets=3, slow_start=None):
     """Runs Evaluation._clean_baseline then _timed_sequence on the CPU with
     the stand-ins; returns (result, request log, reference calls made).
     clean_ref_ms: the reference's time in the baseline, before the
     candidate's process ran anything (default ref_ms). one_off_ms: what its
     first request for calls costs once (a fresh process's first batch).
     first_ms: a memoizing candidate, first_ms on an input set it has not
-    seen, event_ms on one it has."""
+    seen, event_ms on one it has. sets: the pool's input sets. slow_start:
+    (k, ms), an honest candidate whose first k timed calls take ms."""
     task = loader.load_module("kg_task_timing", corpus.task_source("row_sum"), tempfile.mkdtemp(prefix="kg-timing-"))
     ev = evaluate.Evaluation.__new__(evaluate.Evaluation)
     ev.opts = protocol.resolve_options({"perf_trials": calls, "warmup": warmup})
@@ -200,8 +221,8 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, o
     ev.task = task
     torch.manual_seed(0)
     ev.ref_model = task.Model(*task.get_init_inputs())
-    ev.pool_seeds = [101, 102, 103]
-    ev.pool_n = 3
+    ev.pool_seeds = [101 + i for i in range(sets)]
+    ev.pool_n = sets
     with torch.no_grad():
         ev.pool_refs = [ev.ref_model(*loader.inputs_from(task, s, ev.device)) for s in ev.pool_seeds]
     ev.out_bytes = timing.output_bytes(ev.pool_refs[0])
@@ -209,6 +230,7 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, o
     log = []
     ev.remote = FakeCandidate(ev, wall_ms, event_ms, log)
     ev.remote.first_ms = first_ms
+    ev.remote.slow_start = slow_start
     calls_made = {"ref": 0, "null": 0}
     real_ref = ev.ref_model
 
@@ -230,12 +252,17 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, o
         time.sleep(one_off_ms / 1000.0)
 
     ev.remote.on_first_time = sequence_starts
+    # the judge's random choices (the calls' input sets, the call fetched)
+    # from a seeded source: the same run every time
+    saved_rb = evaluate.secrets.randbelow
+    evaluate.secrets.randbelow = random.Random(3).randrange
     try:
         ev._clean_baseline()
         log.clear()
         ev._timed_sequence(calls, warmup, probe_at=-1)
     finally:
         evaluate.guards.Timers = saved
+        evaluate.secrets.randbelow = saved_rb
     ev.res["warm_seeds"] = ev.remote.warm_seeds
     return ev.res, log, calls_made
 
@@ -282,6 +309,15 @@ def test_sequence():
     check(res["hack"]["detected"] and "runtime:input_memoized" in res["hack"]["reasons"] and not res["timing_available"]
           and tc.get("first_sight_calls") == 3, f"sequence: memoizer not caught: {res['hack']} {tc}")
     print(f"  sequence: memoizer (20 ms first sight, 1 ms again) -> {res['hack']['reasons']}")
+    # honest, but its first 5 timed calls are 3x slower (clocks still
+    # rising): 8 input sets over 40 calls. Taken in turn, 5 of the 8 first
+    # sights would be slow calls; first seen at random points, few are
+    res, log, _ = timed_run(2.0, 2.0, 1.0, calls=40, sets=8, slow_start=(5, 6.0))
+    tc = res.get("timing_check") or {}
+    check(not res["hack"]["detected"] and res["timing_available"] and tc.get("first_sight_calls") == 8,
+          f"sequence: a slow start read as memoized answers: {res['hack']} {tc}")
+    print(f"  sequence: slow start (5 calls at 3x) -> ok, first sight {tc.get('first_sight_median_ms')} ms, "
+          f"again {tc.get('seen_again_median_ms')} ms")
     # forged: 20 ms of wall a call, events claim 0.1 ms: 0.1 < 0.5 * 20 - 1
     res, log, _ = timed_run(20.0, 0.1, 10.0)
     check(res["hack"]["detected"] and "runtime:timing_mismatch" in res["hack"]["reasons"] and not res["timing_available"],
