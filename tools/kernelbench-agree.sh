@@ -12,11 +12,15 @@
 # tests/kernelgym/tasks/NAME.py; NAME from its "# kg-task" or
 # "# kg-task-gpu" header, as tests/kernelgym/corpus.py pairs them).
 #
-# The two harnesses differ by design: KernelGym flushes L2 before every timed
-# call and takes its reference from a separate process; KernelBench times
-# back-to-back calls on a warm L2 (cuda_event, mean of its trials). Kernels
-# whose working set fits in L2 (50 MB on an H200) can therefore read faster in
-# KernelBench, on both sides of the ratio.
+# Both harnesses flush L2 before each timed call (KernelBench's cuda_event
+# method at the pinned commit does) and time with CUDA events. They differ
+# in what they summarise and where they run: KernelBench takes the mean of
+# its trials in one process that runs both models; KernelGym takes medians,
+# times the reference in the judge's process and the candidate in its
+# sandboxed process. Beside the speedups each row gives both sides' times
+# (ms) and, for KernelGym, the candidate's kernel time per forward from its
+# CUPTI profile: an event time well above it is time the GPU waited on the
+# host inside the forward.
 #
 # Run it on the GPU machine from the repository root, after a CUDA build:
 #   tools/gpu-build.sh && tools/get-kernelbench.sh /tmp/kb
@@ -72,7 +76,8 @@ else:
 PY
 }
 
-printf "%s\t%s\t%s\t%s\t%s\n" candidate task kernelgym kernelbench ratio > "$out/agree.tsv"
+printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" candidate task kernelgym kernelbench ratio \
+    kg_cand_ms kg_ref_ms kg_kernel_ms kb_cand_ms kb_ref_ms > "$out/agree.tsv"
 for c in "$cands"/*.py; do
     name=$(basename "$c" .py)
     task=$(sed -n 's/^# kg-task-gpu: *//p' "$c" | head -1)
@@ -82,19 +87,32 @@ for c in "$cands"/*.py; do
     [ -f "$t" ] || t=tests/kernelgym/tasks/$task.py
     "$kg" eval --task "$t" --candidate "$c" --device cuda > "$out/$name.kernelgym.json" \
         || { echo "$name: kernelgym eval failed" >&2; continue; }
-    kg_s=$("$py" -c "import json,sys; r=json.load(open(sys.argv[1])); s=r.get('speedup'); print(s if r.get('status')=='ok' and s else 'nan')" "$out/$name.kernelgym.json")
+    read -r kg_s kg_cand kg_ref kg_kernel < <("$py" - "$out/$name.kernelgym.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = r.get("status") == "ok" and r.get("speedup")
+med = lambda k: (r.get(k) or {}).get("median") if ok else None
+prof = r.get("profile") or {}
+forward = prof.get("total_time_us")
+print(*[("nan" if v is None else v) for v in (r.get("speedup") if ok else None, med("runtime_ms"),
+                                               med("ref_runtime_ms"), forward / 1000.0 if forward else None)])
+PY
+)
     read -r ref_ms cand_ms < <(kb_time "$t" "$c" "$out/$name.kernelbench.json" 2> "$out/$name.kernelbench.log" | tail -1) || true
     kb_s=$("$py" -c "import sys,math; r,c=float(sys.argv[1]),float(sys.argv[2]); print(r/c if c==c and c>0 else 'nan')" "${ref_ms:-nan}" "${cand_ms:-nan}")
     ratio=$("$py" -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.4f}' if a==a and b==b and b>0 else 'nan')" "$kg_s" "$kb_s")
-    printf "%s\t%s\t%s\t%s\t%s\n" "$name" "$task" "$kg_s" "$kb_s" "$ratio" >> "$out/agree.tsv"
+    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$name" "$task" "$kg_s" "$kb_s" "$ratio" \
+        "$kg_cand" "$kg_ref" "$kg_kernel" "${cand_ms:-nan}" "${ref_ms:-nan}" >> "$out/agree.tsv"
 done
 "$py" - "$out/agree.tsv" <<'PY'
 import math, statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
-print(f"{'candidate':48s} {'task':20s} {'kernelgym':>10s} {'kernelbench':>12s} {'ratio':>7s}")
+print(f"{'candidate':46s} {'task':18s} {'kernelgym':>9s} {'kernelbench':>11s} {'ratio':>7s}   ms: "
+      f"{'kg cand':>8s} {'kg ref':>8s} {'kg kernel':>9s} {'kb cand':>8s} {'kb ref':>8s}")
 dev = []
-for name, task, a, b, r in rows:
-    print(f"{name:48s} {task:20s} {float(a):10.3f} {float(b):12.3f} {r:>7s}")
+for name, task, a, b, r, *ms in rows:
+    times = " ".join(f"{float(x):{w}.4f}" for x, w in zip(ms, (8, 8, 9, 8, 8)))
+    print(f"{name:46s} {task:18s} {float(a):9.3f} {float(b):11.3f} {r:>7s}       {times}")
     if r != "nan":
         dev.append(abs(float(r) - 1.0))
 if dev:

@@ -796,9 +796,13 @@ class Evaluation:
         # repeats. Inside a timed batch they broke the wall-clock bound for
         # honest kernels in fresh processes (the strict re-run, the
         # server's first job). They run on an input set of their own, so
-        # every pool set is first seen in a timed call (_first_sight).
+        # every pool set is first seen in a timed call (_first_sight). There
+        # are as many as a timed batch holds: their outputs, kept to the
+        # batch's end, grow the process's allocator to what a timed batch
+        # needs, so no timed call waits on the driver for fresh memory (in
+        # a strict re-run, one batch of new outputs, every call did).
         t0 = time.perf_counter()
-        self._timed_batch([0] * max(1, warmup), 0, seeds=[fresh_seed()])
+        self._timed_batch([0] * max(1, warmup, min(per_batch, calls)), 0, seeds=[fresh_seed()])
         self.ask({"op": "release"}, "after the warm-up calls")
         self.phases["time_warmup"] = _ms(t0)
         # then the GPU's clocks settle on the reference, just before the

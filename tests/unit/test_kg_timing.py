@@ -141,6 +141,7 @@ class FakeCandidate:
         self.warm_seeds = None  # the seeds of its first batch (the warm-up)
         self.slow_start = None  # (calls, ms): an honest slow start of its first timed batch
         self.batches = 0
+        self.sizes = []  # calls per batch, the warm-up's first
 
     def request(self, header):
         op = header["op"]
@@ -157,6 +158,7 @@ class FakeCandidate:
             t0 = time.perf_counter()
             digests, events, wall = {}, [], 0.0
             self.batches += 1
+            self.sizes.append(len(order))
             for i in range(len(order)):
                 seed = header["seeds"][order[i]]
                 ms = self.event_ms if self.first_ms is None or seed in self.seen else self.first_ms
@@ -264,6 +266,7 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, o
         evaluate.guards.Timers = saved
         evaluate.secrets.randbelow = saved_rb
     ev.res["warm_seeds"] = ev.remote.warm_seeds
+    ev.res["batch_sizes"] = ev.remote.sizes
     return ev.res, log, calls_made
 
 
@@ -302,6 +305,10 @@ def test_sequence():
           f"sequence: a one-off cost in the first batch flagged {res['hack']} {tc}")
     print(f"  sequence: 300 ms once in the first batch -> ok, wall {tc.get('wall_per_call_ms', 0):.2f} ms a call")
     check(not set(res["warm_seeds"]) & {101, 102, 103}, f"sequence: warm-up seeds {res['warm_seeds']} are pool seeds")
+    # as many warm-up calls as the largest timed batch (8 calls in 4
+    # batches of 2; warmup 1): the allocator grows before the clock
+    sizes = res["batch_sizes"]
+    check(sizes[0] == max(sizes[1:]) == 2, f"sequence: batch sizes {sizes} (warm-up first)")
     # a memoizer: 8 calls cycle over 3 input sets; 20 ms on a set it has not
     # seen, 1 ms on one it has (median 1 ms: a 10x speedup if believed)
     res, log, _ = timed_run(None, 1.0, 10.0, first_ms=20.0)
