@@ -28,9 +28,12 @@ the trainer cannot push it out of memory), DK_KG_PYPROFILE (N > 0: each result c
 child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (default 1:
 fork each job's child during the job before it, sandbox and CUDA context
 ready; the job before waits for that setup to end before its timed calls;
-0 forks each child when its job arrives).
+0 forks each child when its job arrives), DK_KG_CLEAN_CACHE_S (how long a
+task's clean timing baseline is handed to later judges, default 600; 0:
+every judge times its own).
 """
 
+import hashlib
 import importlib
 import json
 import math
@@ -55,6 +58,12 @@ RECHECK_SLOWDOWN = 0.5   # the strict re-run must keep at least this share of th
 # no speedup is safe from the re-run.
 RECHECK_SAMPLE = 0.25
 JUDGE_RETRIES = 1        # re-runs of a job whose judge died
+# A judge's clean baseline (evaluate.Evaluation._clean_baseline: the
+# reference and the empty batch timed before any candidate code ran) is
+# kept per task, GPU and options and handed to the next judges of the same
+# task for this long, then measured again; at most CLEAN_CACHE_MAX tasks.
+CLEAN_CACHE_S = 600.0
+CLEAN_CACHE_MAX = 512
 PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
               "TRITON_NVDISASM_PATH", "TRITON_LIBCUDA_PATH", "NCCL_NVLS_ENABLE",
               "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
@@ -317,6 +326,8 @@ class Server:
         self.prefork = os.environ.get("DK_KG_PREFORK", "1") != "0"
         self.spare = None
         self.isolation = {}
+        self.clean = {}  # clean_key -> (monotonic time, baseline)
+        self.clean_cache_s = CLEAN_CACHE_S  # main() sets DK_KG_CLEAN_CACHE_S's
         try:
             os.fstat(3)
             self.out = os.fdopen(3, "w", buffering=1, encoding="utf-8")
@@ -539,7 +550,38 @@ class Server:
             res["infra_retries"] = attempt
         return res
 
+    @staticmethod
+    def clean_key(job, opts):
+        digest = hashlib.sha256(job["task_source"].encode("utf-8", errors="surrogateescape")).hexdigest()
+        return (digest, job["device"], job.get("gpu", 0), opts["seed"], opts["reference_mode"], opts["warmup"])
+
+    def clean_for(self, job, opts):
+        """The job as its judge gets it: with the clean baseline an earlier
+        judge of the same task measured, while it is fresh (never one the
+        job itself carries: only the server's own figures count)."""
+        job = dict(job)
+        job.pop("clean_baseline", None)
+        hit = self.clean.get(self.clean_key(job, opts))
+        if hit is not None and time.monotonic() - hit[0] < self.clean_cache_s:
+            job["clean_baseline"] = hit[1]
+        return job
+
+    def keep_clean(self, job, opts, res):
+        """Takes the clean baseline a judge measured out of its result, for
+        the next judges of the task."""
+        clean = res.pop("clean_baseline", None)
+        if not evaluate.valid_clean_baseline(clean):
+            return
+        if len(self.clean) >= CLEAN_CACHE_MAX:
+            self.clean.pop(min(self.clean, key=lambda k: self.clean[k][0]))
+        self.clean[self.clean_key(job, opts)] = (time.monotonic(), clean)
+
     def run_judge(self, job, opts):
+        res, died = self.run_judge_once(self.clean_for(job, opts), opts)
+        self.keep_clean(job, opts, res)
+        return res, died
+
+    def run_judge_once(self, job, opts):
         device, gpu = job["device"], job.get("gpu", 0)
         limits = self.limits(opts, device)
         key = (device, gpu, limits.timeout_s, limits.cpu_time_s, limits.memory_bytes, limits.max_procs)
@@ -738,7 +780,19 @@ def main():
         except ValueError:
             log(f"DK_KG_GPU_MEMORY_GB must be a size in GB (0: no cap), got {cap!r}")
             return 2
+    kept = os.environ.get("DK_KG_CLEAN_CACHE_S", "")
+    clean_cache_s = CLEAN_CACHE_S
+    if kept:
+        try:
+            clean_cache_s = float(kept)
+            if not (0.0 <= clean_cache_s < float("inf")):
+                raise ValueError
+        except ValueError:
+            log(f"DK_KG_CLEAN_CACHE_S must be a number of seconds (0: every judge times its own clean baseline), "
+                f"got {kept!r}")
+            return 2
     server = Server()
+    server.clean_cache_s = clean_cache_s
     try:
         server.start()
         return server.serve()

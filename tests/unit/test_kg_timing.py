@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "kernelgym"))
 import torch  # noqa: E402
 
 import corpus  # noqa: E402
-from env.harness import evaluate, loader, protocol, timing, wire  # noqa: E402
+from env.harness import evaluate, loader, protocol, server, timing, wire  # noqa: E402
 
 failures = []
 
@@ -203,7 +203,7 @@ class JudgeClock(FakeClock):
 
 
 def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, one_off_ms=0.0, first_ms=None,
-              sets=3, slow_start=None):
+              sets=3, slow_start=None, clean_given=None):
     """Runs Evaluation._clean_baseline then _timed_sequence on the CPU with
     the stand-ins; returns (result, request log, reference calls made).
     clean_ref_ms: the reference's time in the baseline, before the
@@ -211,12 +211,14 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, o
     first request for calls costs once (a fresh process's first batch).
     first_ms: a memoizing candidate, first_ms on an input set it has not
     seen, event_ms on one it has. sets: the pool's input sets. slow_start:
-    (k, ms), an honest candidate whose first k timed calls take ms."""
+    (k, ms), an honest candidate whose first k timed calls take ms.
+    clean_given: a clean baseline handed to the judge (the server's cache)."""
     task = loader.load_module("kg_task_timing", corpus.task_source("row_sum"), tempfile.mkdtemp(prefix="kg-timing-"))
     ev = evaluate.Evaluation.__new__(evaluate.Evaluation)
     ev.opts = protocol.resolve_options({"perf_trials": calls, "warmup": warmup})
     ev.res = protocol.new_result("timing")
     ev.res["launches"] = {"eval": 1, "train": 0, "kernels": {}}
+    ev.job = {} if clean_given is None else {"clean_baseline": clean_given}
     ev.phases = ev.res["phases_ms"]
     ev.patched, ev.strict = [], False
     ev.device = torch.device("cpu")
@@ -343,12 +345,57 @@ def test_sequence():
     check(res["timing_available"] and abs(res["speedup"] - 10.25 / 20.0) < 1e-12
           and not res["timing_check"].get("reference_slowed"), f"sequence: 2.5% slower interleaved reference gave {res['speedup']}")
     print("  sequence: a reference slowed beside the candidate -> the clean one counts (speedup 0.5, not 0.75)")
+    # the server's cached baseline (10 ms) stands in for the judge's own:
+    # nothing is timed before the candidate's process starts (the judge's
+    # reference would take 12 ms here), and the slowed interleaved one
+    # (15 ms) is replaced by the cached one
+    res, log, made = timed_run(20.0, 20.0, 15.0, clean_ref_ms=12.0,
+                               clean_given={"ref": [10.0] * 20, "null_per_call": 0.01})
+    tc = res.get("timing_check") or {}
+    check(res["timing_available"] and res["speedup"] == 0.5 and tc.get("clean_cached")
+          and tc.get("ref_clean_median_ms") == 10.0 and "clean_baseline" not in res
+          and "time_clean" not in res["phases_ms"], f"sequence: cached clean baseline: {res['speedup']} {tc}")
+    # a malformed one is not used: the judge measures its own (12 ms)
+    res, _, _ = timed_run(20.0, 20.0, 15.0, clean_ref_ms=12.0, clean_given={"ref": [-1.0], "null_per_call": 0.01})
+    tc = res.get("timing_check") or {}
+    check(not tc.get("clean_cached") and tc.get("ref_clean_median_ms") == 12.0 and "clean_baseline" in res,
+          f"sequence: a malformed cached baseline was used: {tc}")
+    print("  sequence: a cached clean baseline replaces the judge's own; a malformed one does not")
+
+
+def test_clean_cache():
+    """The server's cache of clean baselines: kept from a judge's result,
+    handed to later jobs of the same task while fresh, never taken from the
+    job itself."""
+    srv = server.Server.__new__(server.Server)
+    srv.clean = {}
+    srv.clean_cache_s = server.CLEAN_CACHE_S
+    opts = protocol.resolve_options({})
+    job = {"task_source": "task A", "device": "cuda", "gpu": 0, "clean_baseline": {"ref": [0.001], "null_per_call": 0}}
+    check("clean_baseline" not in srv.clean_for(job, opts), "clean cache: a job's own baseline was passed on")
+    good = {"ref": [0.5, 0.6], "null_per_call": 0.02}
+    res = {"clean_baseline": dict(good)}
+    srv.keep_clean(job, opts, res)
+    check("clean_baseline" not in res, "clean cache: the baseline stayed in the result")
+    check(srv.clean_for(job, opts).get("clean_baseline") == good, "clean cache: not handed to the same task")
+    other = dict(job, task_source="task B")
+    check("clean_baseline" not in srv.clean_for(other, opts), "clean cache: handed to another task")
+    check("clean_baseline" not in srv.clean_for(job, dict(opts, seed=opts["seed"] + 1)),
+          "clean cache: handed across seeds")
+    for bad in ({"ref": [float("nan")], "null_per_call": 0.0}, {"ref": "x", "null_per_call": 0.0}, {"ref": []}):
+        srv.keep_clean(other, opts, {"clean_baseline": bad})
+        check("clean_baseline" not in srv.clean_for(other, opts), f"clean cache: kept a malformed {bad}")
+    key = srv.clean_key(job, opts)
+    srv.clean[key] = (time.monotonic() - server.CLEAN_CACHE_S - 1.0, good)
+    check("clean_baseline" not in srv.clean_for(job, opts), "clean cache: a stale baseline was handed on")
+    print("  clean cache: kept per task and options, stale and malformed ones dropped, a job's own ignored")
 
 
 def main():
     test_statistics()
     test_loops()
     test_sequence()
+    test_clean_cache()
     print(f"kernelgym timing: {len(failures)} failures")
     return 1 if failures else 0
 

@@ -22,7 +22,10 @@ beyond the work that process reports), "time_clean" (the judge's baseline
 of reference and empty calls before any candidate code ran),
 "time_warmup" (the candidate's warm-up calls, a batch outside every wall
 clock, inside "time") and "time_reference" (the judge's own reference, empty and warm-up batches
-during the sequence).
+during the sequence). A task's clean baseline is measured once and handed
+to its later judges by the server (DK_KG_CLEAN_CACHE_S; 0 times it in
+every job, as before the cache), so after the cold pass "time_clean" shows
+only in jobs that measured one.
 
     python tools/bench/bench_kernelgym.py [--jobs 20] [--gpu 0] [--device cuda|cpu] [--report FILE]
 """
@@ -153,6 +156,7 @@ def main():
         "jobs_per_minute": 60.0 * args.jobs / total if total > 0 else None,
         "total_s": total,
         "failed": sum(r["status"] != "ok" for r in rows),
+        "clean_cached": sum(bool((r["timing_check"] or {}).get("clean_cached")) for r in measured),
     }
     print(f"median per-job overhead: {summary['median_overhead_s']:.3f} s over {args.jobs} evaluations "
           f"(max {summary['max_overhead_s']:.3f} s; target <= 0.6 s)")
@@ -162,6 +166,8 @@ def main():
     phases = phase_medians(measured)
     summary["phase_medians_ms"] = phases
     print("median ms per phase: " + " ".join(f"{k}={v:.0f}" for k, v in phases.items()))
+    print(f"clean timing baseline from the server's cache (DK_KG_CLEAN_CACHE_S) in {summary['clean_cached']} of "
+          f"{len(measured)} evaluations")
     print(f"throughput: {summary['jobs_per_minute']:.1f} jobs/minute ({total:.1f} s for {args.jobs} jobs); "
           f"{summary['failed']} not ok")
     if args.pyprofile > 0 and last_profile:
