@@ -90,6 +90,7 @@ class Runner:
         self.counter = guards.LaunchCounter(CANDIDATE_MODULE)
         self.counter.install()
         self.timers = guards.Timers()
+        timing.prewarm(self.device, self.timers)
         self.snapshot = guards.FunctionSnapshot()
 
     def patched(self):

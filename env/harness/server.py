@@ -48,7 +48,8 @@ import torch
 import torch._dynamo  # noqa: F401  here once, not in every child (guards.py says why it is needed)
 import triton
 
-from env.harness import candidate_sandbox, evaluate, kernel_cache, profiler, protocol, reference, sandbox
+from env.harness import (candidate_sandbox, evaluate, guards, kernel_cache, profiler, protocol, reference, sandbox,
+                         timing)
 
 GPU_CHECK_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 120.0
@@ -285,6 +286,8 @@ def _prepare_child(device):
             torch.cuda.synchronize()
         except Exception:  # the job will meet the same problem and report it
             pass
+        # the timed loop's own buffers and kernels (timing.prewarm)
+        timing.prewarm(torch.device("cuda"), guards.Timers())
     return prepare
 
 
