@@ -161,3 +161,4 @@ class Timers:
         self.record = torch.cuda.Event.record
         self.elapsed_time = torch.cuda.Event.elapsed_time
         self.synchronize = torch.cuda.synchronize
+        self.sleep = getattr(torch.cuda, "_sleep", None)
