@@ -5,9 +5,11 @@
 # makes it) and with `kernelgym eval --device cuda`, and prints each
 # candidate's two speedups and their ratio, then the largest and median
 # deviation. Needs a CUDA GPU (written for an H200) and, in the python it
-# runs, torch, triton and the KernelBench dependencies its evaluation loads
-# (pydantic, numpy, requests, python-dotenv, tqdm; its LLM clients, openai
-# and litellm, are replaced by stand-ins when missing). The candidates default to tests/kernelgym/candidates, each run on
+# runs, torch, triton and what KernelBench's evaluation imports (its
+# requirements: pydantic, numpy, requests, python-dotenv, tqdm, and the LLM
+# clients openai and litellm, which its utils module loads); the tool checks
+# that import first and names what is missing. The candidates default to
+# tests/kernelgym/candidates, each run on
 # its task (tests/kernelgym/tasks_gpu/NAME.py where it exists, else
 # tests/kernelgym/tasks/NAME.py; NAME from its "# kg-task" or
 # "# kg-task-gpu" header, as tests/kernelgym/corpus.py pairs them).
@@ -40,6 +42,12 @@ trials=${KB_TRIALS:-100}
 [ -f "$kb/src/kernelbench/eval.py" ] || { echo "kernelbench-agree.sh: $kb/src/kernelbench/eval.py not found: is $kb a KernelBench checkout?" >&2; exit 2; }
 [ -d "$cands" ] || { echo "kernelbench-agree.sh: $cands: no such folder" >&2; exit 2; }
 [ -x "$kg" ] || { echo "kernelbench-agree.sh: $kg not built" >&2; exit 2; }
+# KernelBench's evaluation and everything it imports, before any candidate
+if ! why=$(PYTHONPATH="$kb/src${PYTHONPATH:+:$PYTHONPATH}" "$py" -c "import kernelbench.eval" 2>&1); then
+    echo "kernelbench-agree.sh: KernelBench's evaluation does not import in $py:" \
+         "$(printf '%s\n' "$why" | tail -1) (install its requirements, $kb/requirements.txt)" >&2
+    exit 2
+fi
 "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null \
     || { echo "kernelbench-agree.sh: no CUDA GPU visible to $py" >&2; exit 1; }
 mkdir -p "$out"
@@ -50,18 +58,7 @@ mkdir -p "$out"
 # "ref_ms cand_ms" (its units cancel in the ratio).
 kb_time() {
     PYTHONPATH="$kb/src${PYTHONPATH:+:$PYTHONPATH}" "$py" - "$1" "$2" "$3" "$trials" <<'PY'
-import importlib.util, json, sys, types
-# KernelBench's package imports its LLM clients when it loads (its utils
-# module); evaluation never calls them. Where they are not installed, a
-# stand-in that fails if called lets a timing-only machine skip them.
-for name, attrs in (("openai", ("OpenAI",)), ("litellm", ("completion",))):
-    if importlib.util.find_spec(name) is None:
-        stub = types.ModuleType(name)
-        def absent(*args, _name=name, **kwargs):
-            raise RuntimeError(f"{_name} is not installed: KernelBench's LLM queries need it, its timing does not")
-        for a in attrs:
-            setattr(stub, a, absent)
-        sys.modules[name] = stub
+import json, sys
 from kernelbench.eval import eval_kernel_against_ref
 task, cand, out, trials = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 r = eval_kernel_against_ref(open(task).read(), open(cand).read(), num_correct_trials=5, num_perf_trials=trials,
