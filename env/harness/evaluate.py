@@ -758,9 +758,7 @@ class Evaluation:
             out = timing.empty_like(like[order[i]]) if out is None else out
             kept.append(out)
             try:
-                blobs = []
-                wire.encode_value(out, blobs)
-                wire.digest(blobs)
+                wire.value_digest(out)
             except wire.WireError:
                 pass
 

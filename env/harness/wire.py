@@ -291,6 +291,14 @@ def digest(blobs):
     return int((v * _digest_weights(v.numel(), v.device)).sum())
 
 
+def value_digest(x):
+    """digest of the blobs encode_value makes of x (WireError when x cannot
+    travel): what a timed call commits to."""
+    blobs = []
+    encode_value(x, blobs)
+    return digest(blobs)
+
+
 def exact_layout_problem(out, ref):
     """Why an output leaf's layout is not acceptable, or None: it must be a
     plain tensor (claimed type torch.Tensor) whose view is dense and
