@@ -48,8 +48,8 @@ import torch
 import torch._dynamo  # noqa: F401  here once, not in every child (guards.py says why it is needed)
 import triton
 
-from env.harness import (candidate_sandbox, evaluate, guards, kernel_cache, profiler, protocol, reference, sandbox,
-                         timing)
+from env.harness import (candidate_sandbox, evaluate, guards, judge_timing, kernel_cache, profiler, protocol, reference,
+                         sandbox, timing)
 
 GPU_CHECK_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 120.0
@@ -60,7 +60,7 @@ RECHECK_RUNS = 2         # strict re-runs at most: a slowdown must repeat to cou
 # no speedup is safe from the re-run.
 RECHECK_SAMPLE = 0.25
 JUDGE_RETRIES = 1        # re-runs of a job whose judge died
-# A judge's clean baseline (evaluate.Evaluation._clean_baseline: the
+# A judge's clean baseline (judge_timing.JudgeTiming._clean_baseline: the
 # reference and the empty batch timed before any candidate code ran) is
 # kept per task, GPU and options and handed to the next judges of the same
 # task for this long, then measured again; at most CLEAN_CACHE_MAX tasks.
@@ -574,7 +574,7 @@ class Server:
         """Takes the clean baseline a judge measured out of its result, for
         the next judges of the task."""
         clean = res.pop("clean_baseline", None)
-        if not evaluate.valid_clean_baseline(clean):
+        if not judge_timing.valid_clean_baseline(clean):
             return
         if len(self.clean) >= CLEAN_CACHE_MAX:
             self.clean.pop(min(self.clean, key=lambda k: self.clean[k][0]))

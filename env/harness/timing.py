@@ -154,6 +154,11 @@ def _read_verdicts(pending, res):
             return
 
 
+def ms_since(t0):
+    """Milliseconds since t0, a time.perf_counter() reading."""
+    return (time.perf_counter() - t0) * 1000.0
+
+
 def summarize(times_ms):
     if not times_ms:
         return None

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "kernelgym"))
 import torch  # noqa: E402
 
 import corpus  # noqa: E402
-from env.harness import evaluate, loader, protocol, server, timing, wire  # noqa: E402
+from env.harness import evaluate, judge_timing, loader, protocol, server, timing, wire  # noqa: E402
 
 failures = []
 
@@ -247,8 +247,8 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, o
     ev.ref_model = counted_ref
     ev.ref_model.train = lambda mode: None
     clock = JudgeClock(ref_ms, log, ev)
-    saved = evaluate.guards.Timers
-    evaluate.guards.Timers = lambda: clock
+    saved = judge_timing.guards.Timers
+    judge_timing.guards.Timers = lambda: clock
     clock.ms = ref_ms if clean_ref_ms is None else clean_ref_ms
 
     def sequence_starts():
@@ -258,15 +258,15 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, o
     ev.remote.on_first_time = sequence_starts
     # the judge's random choices (the calls' input sets, the call fetched)
     # from a seeded source: the same run every time
-    saved_rb = evaluate.secrets.randbelow
-    evaluate.secrets.randbelow = random.Random(3).randrange
+    saved_rb = judge_timing.secrets.randbelow
+    judge_timing.secrets.randbelow = random.Random(3).randrange
     try:
         ev._clean_baseline()
         log.clear()
         ev._timed_sequence(calls, warmup, probe_at=-1)
     finally:
-        evaluate.guards.Timers = saved
-        evaluate.secrets.randbelow = saved_rb
+        judge_timing.guards.Timers = saved
+        judge_timing.secrets.randbelow = saved_rb
     ev.res["warm_seeds"] = ev.remote.warm_seeds
     ev.res["batch_sizes"] = ev.remote.sizes
     return ev.res, log, calls_made
