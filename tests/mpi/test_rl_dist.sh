@@ -8,11 +8,20 @@
 #     (rl.kl_coef > 0: the sharded reference against model_create's);
 #   - worlds 2 and 3 against world 1: the same rollouts (rollouts.jsonl
 #     byte-identical: every response, outcome and reward), the same per-step
-#     rewards and response lengths exactly; loss within 1e-5 relative + 1e-8
-#     absolute (the loss itself is ~1e-10 when TRLOO advantages sum to zero,
-#     and ~1e-9 apart across worlds with mini-batches), grad norm and entropy within 1e-5 relative; the fp32 masters and AdamW moments of the final checkpoint
-#     within 1e-4 absolute (1% of one AdamW step at lr 1e-2; only the order of
-#     float sums differs, which AdamW magnifies where a gradient is ~0);
+#     rewards and response lengths exactly; loss within 1e-5 relative + 1e-6
+#     absolute (the loss is a token mean of advantage-weighted ratios whose
+#     terms are ~0.1-1 and cancel to ~1e-10 when TRLOO advantages sum to
+#     zero, so what is left is fp32 rounding of those terms: 5.5e-9 to
+#     2.8e-8 apart across worlds with mini-batches, by the BLAS kernels; a
+#     wrong advantage or ratio moves it by ~0.1), grad norm and entropy
+#     within 1e-5 relative; the fp32 masters and AdamW moments of the final checkpoint
+#     within 1e-3 absolute (10% of one AdamW step at lr 1e-2; only the order
+#     of float sums differs, which AdamW magnifies where a gradient is ~0,
+#     by an amount that depends on the CPU's BLAS kernels: with two
+#     mini-batches at world 3, 3.6e-5 with OpenBLAS's Nehalem kernels,
+#     1.2e-4 with Haswell's, 1.7e-4 with Sandybridge's; a lost or doubled
+#     gradient shard moves masters by ~lr, and the grad norm bound above
+#     catches it first);
 #   - world 3 with two mini-batches and two micro-batches each, so ranks
 #     straddle mini-batch bounds, against world 1 with the same settings;
 #   - world 3 with 2 tasks a step, so one rank rolls out nothing (and runs
@@ -72,7 +81,7 @@ def compare(base, n):
         for k in exact:
             assert x[k] == y[k], f"{n} step {x['step']}: {k} {y[k]} != {x[k]} at world 1"
     dl = max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b))
-    loss_ok = all(abs(x["loss"] - y["loss"]) <= 1e-5 * abs(x["loss"]) + 1e-8 for x, y in zip(a, b))
+    loss_ok = all(abs(x["loss"] - y["loss"]) <= 1e-5 * abs(x["loss"]) + 1e-6 for x, y in zip(a, b))
     dn = max(abs(x["grad_norm"] - y["grad_norm"]) / (abs(x["grad_norm"]) + 1e-12) for x, y in zip(a, b))
     de = max(abs(x["entropy"] - y["entropy"]) / (abs(x["entropy"]) + 1e-12) for x, y in zip(a, b))
     sa, sb = state(base), state(n)
@@ -80,7 +89,7 @@ def compare(base, n):
     dw = max(os_.max_diff(sa, sb, f) for f in ("master", "m", "v"))
     print(f"{n} vs {base}: rewards equal; max loss diff {dl:.1e}, relative grad norm {dn:.1e}, "
           f"entropy {de:.1e}; max master/moment diff {dw:.1e}")
-    assert loss_ok and dn < 1e-5 and de < 1e-5 and dw < 1e-4, n
+    assert loss_ok and dn < 1e-5 and de < 1e-5 and dw < 1e-3, n
     assert open(f"{d}/{base}/rollouts.jsonl", "rb").read() == open(f"{d}/{n}/rollouts.jsonl", "rb").read(), \
         f"{n}: rollouts.jsonl differs from {base}'s"
     files = sorted(os.listdir(f"{d}/{n}"))
