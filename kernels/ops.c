@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "kernels/op_timer.h"
 #include "kernels/ops_cpu.h"
 #ifdef DK_HAVE_CUDA_OPS
 #include "kernels/ops_cuda.h"
@@ -28,27 +29,28 @@ static int on_cuda(const ops_ctx *ctx, const char *op) {
 
 /* ---- the ops of kernels/ops_list.h ------------------------------------------------ */
 
+/* Each forward is bracketed by the per-op timer (kernels/op_timer.h), which
+ * costs one pointer test while no window is open. */
 #ifdef DK_HAVE_CUDA_OPS
-#define DK_OP(name, params, args)                             \
-    void ops_##name params {                                  \
-        if (on_cuda(ctx, "ops_" #name)) cuda_##name args;     \
-        else cpu_##name args;                                 \
-    }
-#define DK_OP_RET(type, name, params, args) \
-    type ops_##name params { return on_cuda(ctx, "ops_" #name) ? cuda_##name args : cpu_##name args; }
+#define DK_CALL(name, args) (on_cuda(ctx, "ops_" #name) ? cuda_##name args : cpu_##name args)
 #else
-#define DK_OP(name, params, args)                             \
-    void ops_##name params {                                  \
-        (void)on_cuda(ctx, "ops_" #name);                     \
-        cpu_##name args;                                      \
-    }
-#define DK_OP_RET(type, name, params, args)                   \
-    type ops_##name params {                                  \
-        (void)on_cuda(ctx, "ops_" #name);                     \
-        return cpu_##name args;                               \
-    }
+#define DK_CALL(name, args) ((void)on_cuda(ctx, "ops_" #name), cpu_##name args)
 #endif
+#define DK_OP(name, params, args)                       \
+    void ops_##name params {                            \
+        const int timer_token_ = op_timer_enter(ctx, #name); \
+        DK_CALL(name, args);                            \
+        op_timer_leave(ctx, timer_token_);              \
+    }
+#define DK_OP_RET(type, name, params, args)             \
+    type ops_##name params {                            \
+        const int timer_token_ = op_timer_enter(ctx, #name); \
+        type ret_ = DK_CALL(name, args);                \
+        op_timer_leave(ctx, timer_token_);              \
+        return ret_;                                    \
+    }
 #include "kernels/ops_list.h"
+#undef DK_CALL
 
 /* ---- context (by hand) ---------------------------------------------------------- */
 
@@ -73,6 +75,7 @@ dk_status ops_ctx_init(ops_ctx *ctx, dk_device device, int gpu, size_t scratch_b
 
 void ops_ctx_free(ops_ctx *ctx) {
     if (!ctx) return;
+    op_timer_free(ctx); /* its events belong to the device the context is on */
     if (on_cuda(ctx, "ops_ctx_free")) {
 #ifdef DK_HAVE_CUDA_OPS
         cuda_ctx_free(ctx);

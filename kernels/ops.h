@@ -84,6 +84,7 @@ typedef struct ops_ctx {
     void *lane_ev[2];     /* cudaEvent_t: their joins with `stream` */
     ops_tuning tuning;    /* pinned kernel choices for benchmarks and tests; all 0: automatic */
     struct ops_mem_count *mem; /* live ops_alloc bytes (kernels/memory_count.c) */
+    struct ops_timer *timer;   /* the per-op timer's window (kernels/op_timer.h); NULL: off */
 } ops_ctx;
 
 /* A point the host can wait for (ops_download_lane records it behind its

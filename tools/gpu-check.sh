@@ -35,7 +35,8 @@ q=${quick:+--quick}
 build/bench_ops $q > "$out/bench_ops.log" 2>&1
 build/bench_attention > "$out/bench_attention.log" 2>&1
 build/bench_lmhead > "$out/bench_lmhead.log" 2>&1
-build/bench_train $q > "$out/bench_train.log" 2>&1
+build/bench_train $q --op-times > "$out/bench_train.log" 2>&1
+build/bench_train --wide $q --op-times > "$out/bench_train_wide.log" 2>&1
 # The two PyTorch anchors (plain generate, static cache + torch.compile) at
 # bench_generate's shape, then at the RL shape of bench_generate_recipe.
 anchor() { awk -v k="$1" '$1 == k {print $2}' "$2"; }

@@ -13,15 +13,30 @@
  * tokens packed into one batch (cu_seqlens 0, S, 2S, ...). 2 warm-up steps,
  * then 5 timed steps, each ended by a device sync.
  *
+ * --wide runs, instead, the RL bases at full width and reduced depth: the
+ * Qwen3-8B shape (hidden 4096, intermediate 12288, 32 heads, 8 KV heads) and
+ * the Qwen3-14B shape (hidden 5120, intermediate 17408, 40 heads, 8 KV heads),
+ * head dim 128, vocabulary 151936, untied embeddings (bench_shapes.h), with
+ * --layers N layers (default 4) instead of 36 / 40; same B, S, recompute modes
+ * and steps. Their matmuls are the wide ones the real models run, which the
+ * 0.6B / 1.7B shapes do not reach, while the step still fits one GPU (14B
+ * width, 4 layers: about 2.9B parameters, 5.8 GB of bf16 weights and 11.5 GB
+ * of fp32 gradients). Their names say the depth: "8b-4l", "14b-4l". The
+ * default run stays the 0.6B / 1.7B one so that its timings compare with
+ * earlier ones.
+ *
  * FLOPs per step (model FLOPs: recomputation is not counted, so MFU compares
  * every recompute mode on the same work):
  *   6 * N * B*S                      N = non-embedding parameters (layers +
  *                                    final norm), fwd 2 + bwd 4 per MAC
- * + 6 * hidden * vocab * B*S         the lm head
+ * + 6 * hidden * vocab * B*S         the lm head (tied or not: the embedding
+ *                                    is a lookup, not a matmul, so an untied
+ *                                    table adds parameters but no FLOPs)
  * + 4 * B * S^2 * hq * L / 2 * 3     attention scores and values (4 S^2 hq
  *                                    per sequence and layer), causal (/2),
  *                                    forward + backward (x3); hq = heads *
  *                                    head_dim
+ * with L the layers the model actually has (--layers for --wide).
  * MFU = FLOPs / time / 989 TFLOP/s (H200 dense bf16).
  *
  * HF: tools/bench/torch_train.py times Qwen3ForCausalLM(config) in bf16 with
@@ -31,13 +46,22 @@
  * program runs it (DK_PYTHON, default python3; DK_SOURCE, default the current
  * directory) after freeing its own memory; --hf FILE reads its output from a
  * file instead; --no-hf uses the anchors measured on the H200: 0.6B 46.5k
- * tokens/s, 1.7B 29.6k, 1.7B with checkpointing 23.9k. Targets: >= 1.3x HF,
- * and >= 45% MFU for 1.7B.
+ * tokens/s, 1.7B 29.6k, 1.7B with checkpointing 23.9k (none for --wide).
+ * With --wide, torch_train.py gets --wide --layers N and builds the same
+ * reduced-depth, untied models (keys "8b-4l", "8b-4l-gc", "14b-4l", ...).
+ * Targets: >= 1.3x HF, and >= 45% MFU for 1.7B.
  *
- * Usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--steps N]
- *                    [--warmup N] [--hf FILE | --no-hf]
- * --quick: 0.6B only, 3 timed steps. --tiny: a small shape (2 x 64 tokens,
- * 2 layers) so the whole program runs on the CPU backend in seconds. */
+ * Usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide]
+ *                    [--layers N] [--steps N] [--warmup N]
+ *                    [--hf FILE | --no-hf] [--op-times]
+ * --quick: the first shape only (0.6B, or 8B with --wide), 3 timed steps.
+ * --tiny: a small shape (2 x 64 tokens, 2 layers) so the whole program runs
+ * on the CPU backend in seconds; with --wide, a small untied shape of
+ * --layers layers ("tiny-4l"), so the wide path and its HF keys can be
+ * checked there too. --wide: the 8B / 14B width cases above (--layers N,
+ * default 4, sets their depth). --op-times: after the timed steps, one
+ * more step under the per-op timer (kernels/op_timer.h), and its table: the
+ * time of each op, the stream's idle time between ops, and their shares. */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdint.h>
@@ -47,8 +71,10 @@
 
 #include "common/util.h"
 #include "kernels/device.h"
+#include "kernels/op_timer.h"
 #include "kernels/ops.h"
 #include "model/model.h"
+#include "tools/bench/bench_shapes.h"
 #include "tools/bench/bench_weights.h"
 
 #define PEAK_TFLOPS 989.0 /* H200 dense bf16, datasheet */
@@ -66,17 +92,23 @@ static const model_config qwen3_0_6b = {
     .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
     .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
 };
-static const model_config qwen3_1_7b = {
-    .arch = DK_ARCH_QWEN3, .vocab_size = 151936, .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 28,
-    .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position = 40960, .rope_theta = 1000000.0f,
-    .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
-};
+/* qwen3_1_7b, qwen3_8b and qwen3_14b come from bench_shapes.h (the --wide
+ * cases take the last two with n_layers replaced). */
 /* Same structure (GQA 2:1, q/k norm, tied, head_dim != hidden / heads),
  * small enough for the CPU backend; torch_train.py --tiny builds the same. */
 static const model_config tiny = {
     .arch = DK_ARCH_QWEN3, .vocab_size = 512, .hidden_size = 64, .intermediate_size = 128, .n_layers = 2,
     .n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .max_position = 1024, .rope_theta = 1000000.0f,
     .rms_eps = 1e-6f, .tie_embeddings = 1, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
+};
+/* --wide --tiny: tiny plus what the wide cases change: untied embeddings,
+ * GQA 4:1 as 8B (32:8), Hq*D = 256 != hidden, intermediate 3 x hidden; small
+ * enough for the CPU backend. n_layers is set from --layers. torch_train.py
+ * --wide --tiny builds the same. */
+static const model_config tiny_wide = {
+    .arch = DK_ARCH_QWEN3, .vocab_size = 512, .hidden_size = 128, .intermediate_size = 384, .n_layers = 4,
+    .n_heads = 8, .n_kv_heads = 2, .head_dim = 32, .max_position = 1024, .rope_theta = 1000000.0f,
+    .rms_eps = 1e-6f, .tie_embeddings = 0, .qk_norm = 1, .bos_token_id = -1, .eos_token_id = -1,
 };
 
 /* HF numbers measured on the H200 (tokens/s, B = 4, S = 4096). */
@@ -127,6 +159,10 @@ static int cmp_double(const void *a, const void *b) {
 
 /* One configuration: plan, initialise, warm up, time; everything freed at
  * the end so the next one (and the torch run) gets the whole device. */
+/* --op-times: one more step, after the timed ones, under the per-op timer
+ * (kernels/op_timer.h), whose table is printed with the configuration. */
+static int op_times;
+
 static void run_config(const shape *sh, dk_device dev, int recompute, int warmup, int steps, result *r) {
     const model_config *c = &sh->cfg;
     const int B = sh->B, S = sh->S, T = B * S;
@@ -138,6 +174,16 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     must(ops_ctx_init(&ctx, dev, 0, model_scratch_bytes(c, T)), "ops_ctx_init");
     model m;
     must(model_create(&m, c, &ctx, T, (model_recompute)recompute), "model_create");
+    /* The FLOPs count only the non-embedding part; the config's count must be
+     * that plus the table(s) the model allocated (one tied, two untied), or
+     * the MFU would be computed on a different model from the one timed.
+     * Checked before the steps: a wide shape's run is long. */
+    const double n_params = (double)model_config_n_params(c);
+    if (n_params != n_nonembedding(&m) + (double)m.layout.embed_size + (double)m.layout.lm_head_size) {
+        fprintf(stderr, "bench_train: %s: %.0f parameters by the config, %.0f in the model's layout\n", sh->name,
+                n_params, n_nonembedding(&m) + (double)m.layout.embed_size + (double)m.layout.lm_head_size);
+        exit(1);
+    }
     double t0 = dk_now();
     bench_random_weights(&m, 0x2545f4914f6cdd1dull);
     double t_init = dk_now() - t0;
@@ -160,7 +206,11 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     double *times = dk_malloc((size_t)(warmup + steps) * sizeof(double));
     double loss = NAN;
     ops_sync(&ctx);
-    for (int i = 0; i < warmup + steps; i++) {
+    ops_time_table tab;
+    memset(&tab, 0, sizeof tab);
+    for (int i = 0; i < warmup + steps + (op_times ? 1 : 0); i++) {
+        const int profiled = i == warmup + steps; /* not among the timed steps */
+        if (profiled) ops_timer_begin(&ctx);
         double a = dk_now();
         model_zero_grad(&m);
         must(model_forward(&m, &batch, 1.0f), "model_forward");
@@ -168,7 +218,8 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
         model_backward(&m, m.dlogprob, NULL);
         ops_download(&ctx, logprob, m.logprob, (size_t)T * sizeof(float)); /* synchronises */
         ops_sync(&ctx);
-        times[i] = dk_now() - a;
+        if (profiled) ops_timer_end(&ctx, &tab);
+        else times[i] = dk_now() - a;
         double nll = 0.0;
         for (int t = 0; t < T; t++)
             if (targets[t] >= 0) nll -= logprob[t];
@@ -200,12 +251,17 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
 
     printf("\n[%s shape, B=%d x S=%d packed (%d tokens), recompute %s]\n", sh->name, B, S, T,
            recompute_name(recompute));
-    printf("  %.1fM parameters (%.1fM non-embedding); weights initialised in %.1f s\n",
-           model_config_n_params(c) / 1e6, n_nonembedding(&m) / 1e6, t_init);
+    printf("  %.1fM parameters (%.1fM non-embedding%s); weights initialised in %.1f s\n", n_params / 1e6,
+           n_nonembedding(&m) / 1e6, c->tie_embeddings ? "" : ", untied: embedding and lm head separate", t_init);
     printf("  %d warm-up + %d timed steps: %.1f ms/step (min %.1f, max %.1f); loss %.4f (ln V = %.4f)\n", warmup,
            steps, r->step_s * 1e3, r->min_s * 1e3, r->max_s * 1e3, loss, r->ln_v);
     printf("  %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of %.0f TFLOP/s\n", r->tps, r->tflops, 100.0 * r->mfu,
            PEAK_TFLOPS);
+    if (op_times) {
+        char title[96];
+        snprintf(title, sizeof title, "  %s recompute %s, one step", sh->name, recompute_name(recompute));
+        ops_time_table_print(&tab, stdout, title);
+    }
     if (on_gpu)
         printf("  device memory: %.2f GB in use (cudaMemGetInfo), of which the model's plan %.2f GB and ops scratch "
                "%.2f GB\n",
@@ -240,32 +296,43 @@ static void parse_hf(FILE *f, result *rs, int n, const char *src, int echo) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--steps N] [--warmup N] "
-                    "[--hf FILE | --no-hf]\n");
+    fprintf(stderr, "usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide] [--layers N] [--steps N] "
+                    "[--warmup N] [--hf FILE | --no-hf] [--op-times]\n"
+                    "  --wide: Qwen3-8B and 14B width (untied) at --layers N layers (default 4) instead of the "
+                    "0.6B / 1.7B shapes\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
-    int quick = 0, use_tiny = 0, steps = -1, warmup = 2, no_hf = 0;
+    int quick = 0, use_tiny = 0, wide = 0, layers = -1, steps = -1, warmup = 2, no_hf = 0;
     const char *hf_file = NULL;
     dk_device dev = DK_DEVICE_CUDA;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--tiny")) use_tiny = 1;
+        else if (!strcmp(argv[i], "--wide")) wide = 1;
         else if (!strcmp(argv[i], "--no-hf")) no_hf = 1;
+        else if (!strcmp(argv[i], "--op-times")) op_times = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             if (ops_parse_device(argv[++i], &dev) != DK_OK) {
                 fprintf(stderr, "bench_train: %s\n", dk_error());
                 return 2;
             }
-        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hf") && i + 1 < argc) hf_file = argv[++i];
         else usage();
     }
     if (steps < 0) steps = quick ? 3 : 5;
     if (steps < 1 || warmup < 0 || (hf_file && no_hf)) usage();
+    if (layers != -1 && !wide) {
+        fprintf(stderr, "bench_train: --layers sets the depth of the --wide shapes only\n");
+        return 2;
+    }
+    if (layers == -1) layers = 4;
+    if (layers < 1) usage();
     FILE *hf = NULL; /* opened now: a wrong path fails before the runs, not after */
     if (hf_file && !(hf = fopen(hf_file, "r"))) {
         fprintf(stderr, "bench_train: --hf %s: cannot open\n", hf_file);
@@ -289,7 +356,20 @@ int main(int argc, char **argv) {
 
     shape shapes[2];
     int n_shapes = 0;
-    if (use_tiny) {
+    char wide_names[2][16]; /* "8b-4l": the shape's name and torch_train.py's key say the depth */
+    if (wide) {
+        const struct {
+            const char *base;
+            const model_config *cfg;
+        } w[] = {{"tiny", &tiny_wide}, {"8b", &qwen3_8b}, {"14b", &qwen3_14b}};
+        const int first = use_tiny ? 0 : 1, last = use_tiny ? 0 : quick ? 1 : 2;
+        for (int k = first; k <= last; k++) {
+            char *name = wide_names[n_shapes];
+            snprintf(name, sizeof wide_names[0], "%s-%dl", w[k].base, layers);
+            shapes[n_shapes] = (shape){name, *w[k].cfg, use_tiny ? 2 : 4, use_tiny ? 64 : 4096};
+            shapes[n_shapes++].cfg.n_layers = layers;
+        }
+    } else if (use_tiny) {
         shapes[n_shapes++] = (shape){"tiny", tiny, 2, 64};
     } else {
         shapes[n_shapes++] = (shape){"0.6b", qwen3_0_6b, 4, 4096};
@@ -311,9 +391,11 @@ int main(int argc, char **argv) {
     } else if (!no_hf) {
         const char *py = getenv("DK_PYTHON"), *src = getenv("DK_SOURCE");
         char cmd[2048];
-        snprintf(cmd, sizeof cmd, "%s %s/tools/bench/torch_train.py --steps %d --warmup %d%s%s%s 2>&1",
+        char wide_args[32] = ""; /* torch_train.py builds the same depth, so the keys match */
+        if (wide) snprintf(wide_args, sizeof wide_args, " --wide --layers %d", layers);
+        snprintf(cmd, sizeof cmd, "%s %s/tools/bench/torch_train.py --steps %d --warmup %d%s%s%s%s 2>&1",
                  py && *py ? py : "python3", src && *src ? src : ".", steps, warmup, quick ? " --quick" : "",
-                 use_tiny ? " --tiny" : "", dev == DK_DEVICE_CPU ? " --device cpu" : "");
+                 use_tiny ? " --tiny" : "", wide_args, dev == DK_DEVICE_CPU ? " --device cpu" : "");
         printf("\n$ %s\n", cmd);
         fflush(stdout);
         FILE *p = popen(cmd, "r");
@@ -328,8 +410,11 @@ int main(int argc, char **argv) {
             if (isnan(rs[i].hf_tps) && !strcmp(rs[i].key, anchors[a].key))
                 rs[i].hf_tps = anchors[a].tps, rs[i].hf_src = "anchor";
 
-    printf("\n%-6s %-9s %9s %8s %6s %7s | %9s %7s %-14s | %7s %-6s %s\n", "model", "recompute", "tokens/s", "TFLOP/s",
-           "MFU", "mem GB", "HF tok/s", "HF GB", "HF source", "ratio", "target", "MFU target");
+    int lw = 6; /* the model column: 6 wide as it always was, wider for "14b-4l"-style names */
+    for (int i = 0; i < n; i++)
+        if ((int)strlen(rs[i].label) > lw) lw = (int)strlen(rs[i].label);
+    printf("\n%-*s %-9s %9s %8s %6s %7s | %9s %7s %-14s | %7s %-6s %s\n", lw, "model", "recompute", "tokens/s",
+           "TFLOP/s", "MFU", "mem GB", "HF tok/s", "HF GB", "HF source", "ratio", "target", "MFU target");
     for (int i = 0; i < n; i++) {
         result *r = &rs[i];
         double ratio = r->hf_tps > 0 ? r->tps / r->hf_tps : NAN;
@@ -340,7 +425,7 @@ int main(int argc, char **argv) {
         if (!isnan(ratio)) snprintf(rt, sizeof rt, "%.2fx", ratio);
         if (!strcmp(r->label, "1.7b"))
             snprintf(mt, sizeof mt, ">= %.0f%%: %s", 100 * TARGET_MFU, r->mfu >= TARGET_MFU ? "met" : "MISSED");
-        printf("%-6s %-9s %9.0f %8.1f %5.1f%% %7s | %9s %7s %-14s | %7s %-6s %s\n", r->label,
+        printf("%-*s %-9s %9.0f %8.1f %5.1f%% %7s | %9s %7s %-14s | %7s %-6s %s\n", lw, r->label,
                recompute_short(r->recompute), r->tps, r->tflops, 100 * r->mfu, mem, hf, hfm,
                r->hf_src ? r->hf_src : "none", rt, isnan(ratio) ? "-" : ratio >= TARGET_RATIO ? "met" : "MISSED", mt);
     }

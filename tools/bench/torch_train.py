@@ -6,15 +6,22 @@ optimizer excluded, gradients set to None before each step. Each shape runs
 without and then with gradient checkpointing (every decoder layer recomputed
 in the backward, what bench_train's recompute = layer is compared with).
 
+--wide (bench_train --wide) runs instead the Qwen3-8B and 14B widths with
+untied embeddings (tie_word_embeddings=False, as the real models) and
+num_hidden_layers = --layers N (default 4): the keys say the depth, 8b-4l,
+8b-4l-gc, 14b-4l, 14b-4l-gc.
+
 For each run it prints the lines bench_train reads (KEY is 0.6b, 0.6b-gc,
-1.7b, 1.7b-gc, or tiny / tiny-gc):
+1.7b, 1.7b-gc, or tiny / tiny-gc; with --wide as above, or tiny-4l /
+tiny-4l-gc with --tiny):
     hf_tokens_per_s KEY X
     hf_peak_mem_gb KEY X      (torch.cuda.max_memory_allocated)
     hf_loss KEY X
 
-usage: torch_train.py [--quick] [--tiny] [--device cuda|cpu] [--steps N] [--warmup N]
---quick: 0.6B only; --tiny: the small shape bench_train --tiny uses (for a
-check of the script on the CPU).
+usage: torch_train.py [--quick] [--tiny] [--wide] [--layers N] [--device cuda|cpu] [--steps N] [--warmup N]
+--quick: the first shape only (0.6B, or 8B with --wide); --tiny: the small
+shape bench_train --tiny uses (for a check of the script on the CPU), or
+with --wide the small untied one bench_train --wide --tiny uses.
 """
 import argparse
 import sys
@@ -32,12 +39,33 @@ SHAPES = {
                  num_key_value_heads=2, head_dim=32, vocab_size=512),
 }
 
+# --wide: full width, depth from --layers, untied (bench_train.c's qwen3_8b,
+# qwen3_14b and tiny_wide with n_layers replaced).
+WIDE = {
+    "8b": dict(hidden_size=4096, intermediate_size=12288, num_attention_heads=32, num_key_value_heads=8,
+               head_dim=128, vocab_size=151936),
+    "14b": dict(hidden_size=5120, intermediate_size=17408, num_attention_heads=40, num_key_value_heads=8,
+                head_dim=128, vocab_size=151936),
+    "tiny": dict(hidden_size=128, intermediate_size=384, num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                 vocab_size=512),
+}
 
-def build(name, dev):
+
+def shapes(args):
+    """(key, Qwen3Config keyword arguments) of each model to run, in order."""
+    if args.wide:
+        names = ["tiny"] if args.tiny else (["8b"] if args.quick else ["8b", "14b"])
+        return [(f"{n}-{args.layers}l", dict(WIDE[n], num_hidden_layers=args.layers, tie_word_embeddings=False))
+                for n in names]
+    names = ["tiny"] if args.tiny else (["0.6b"] if args.quick else ["0.6b", "1.7b"])
+    return [(n, dict(SHAPES[n], tie_word_embeddings=True)) for n in names]
+
+
+def build(shape, dev):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    cfg = Qwen3Config(**SHAPES[name], max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                      tie_word_embeddings=True, use_cache=False)
+    cfg = Qwen3Config(**shape, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                      use_cache=False)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     prev = torch.get_default_dtype()
@@ -90,12 +118,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--wide", action="store_true")
+    ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--seq", type=int, default=None)
     args = ap.parse_args()
+    if args.layers is not None and not args.wide:
+        ap.error("--layers sets the depth of the --wide shapes only")
+    if args.layers is None:
+        args.layers = 4
+    if args.layers < 1:
+        ap.error("--layers must be at least 1")
     dev = args.device
     if dev == "cuda" and not torch.cuda.is_available():
         print("torch_train: no CUDA GPU visible to torch", file=sys.stderr)
@@ -105,10 +141,9 @@ def main():
         print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
     B = args.batch or (2 if args.tiny else 4)
     S = args.seq or (64 if args.tiny else 4096)
-    names = ["tiny"] if args.tiny else (["0.6b"] if args.quick else ["0.6b", "1.7b"])
     t_all = time.perf_counter()
-    for name in names:
-        model = build(name, dev)
+    for name, shape in shapes(args):
+        model = build(shape, dev)
         gen = torch.Generator().manual_seed(1)
         ids = torch.randint(0, model.config.vocab_size, (B, S), generator=gen).to(dev)
         attn = model.config._attn_implementation
