@@ -227,8 +227,18 @@ BUILTIN_RULES = {
 INTROSPECTION_ATTRS = {
     "f_back", "f_locals", "f_globals", "f_code", "f_builtins", "tb_frame",
     "gi_frame", "cr_frame", "ag_frame", "__globals__", "__code__",
-    "__closure__", "co_code", "__subclasses__", "__builtins__",
+    "__closure__", "co_code", "__subclasses__", "__builtins__", "cell_contents",
+    "__defaults__", "__kwdefaults__",
 }
+
+# Callables of the standard library that take attribute names as strings
+# (operator.attrgetter("a.b"), operator.methodcaller("m")): a computed name
+# is as opaque to these checks as getattr's.
+ATTR_BY_STRING = {"operator.attrgetter", "operator.methodcaller"}
+
+# A string constant that is an identifier or a dotted path of them: what an
+# attribute-by-string call takes. Free text is not read.
+DOTTED_NAME_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 # Methods that tie a tensor to another stream.
 STREAM_ATTRS = {"wait_stream", "record_stream"}
@@ -421,6 +431,8 @@ class _Checker:
                     self.add("static:training_branch", node, "." + node.attr)
                 if node.attr in ("__setattr__", "__delattr__") and self.root_is_import(node.value):
                     self.add("static:monkeypatch", node, "." + node.attr)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                self.check_name_string(node)
             if isinstance(node, ast.Call):
                 self.check_call(node)
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
@@ -486,6 +498,11 @@ class _Checker:
             elif name.value.startswith("__") and name.value.endswith("__"):
                 reason = "static:torch_override" if name.value in TORCH_OVERRIDE_NAMES else "static:dynamic_attribute"
                 self.add(reason, node, f"{f.id}(..., {name.value!r})")
+        if self.qualified(f) in ATTR_BY_STRING:
+            # attrgetter's arguments are all names; methodcaller's first one is.
+            names = node.args if self.qualified(f) == "operator.attrgetter" else node.args[:1]
+            if not names or not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in names):
+                self.add("static:dynamic_attribute", node, f"{self.qualified(f)} with a computed name")
         if isinstance(f, ast.Name) and f.id in ("vars", "dir", "type", "super") and f.id not in self.rebound:
             if f.id in ("vars", "dir") or (f.id == "type" and len(node.args) == 3):
                 self.add("static:dynamic_attribute", node, f"{f.id}()")
@@ -493,6 +510,24 @@ class _Checker:
             q = self.qualified(f)
             if q == "contextlib.suppress":
                 self.add("static:try_except_fallback", node, "contextlib.suppress")
+
+    def check_name_string(self, node):
+        """A string naming an introspection or class-machinery attribute, in
+        any position: getattr is not the only way to use one
+        (operator.attrgetter, a lookup table, a dict's keys), so the name
+        itself is what is flagged."""
+        if not DOTTED_NAME_RE.match(node.value):
+            return
+        for part in node.value.split("."):
+            if part in TORCH_OVERRIDE_NAMES:
+                self.add("static:torch_override", node, repr(node.value))
+            elif part in INTROSPECTION_ATTRS:
+                self.add("static:frame_inspection", node, repr(node.value))
+            elif part in DYNAMIC_DUNDERS:
+                self.add("static:dynamic_attribute", node, repr(node.value))
+            else:
+                continue
+            return
 
     def check_store(self, target):
         if isinstance(target, ast.Attribute) and self.root_is_import(target.value):
