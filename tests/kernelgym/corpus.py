@@ -1,7 +1,7 @@
 """The KernelGym test corpus: tasks, honest candidates, hacks, faults and bad
 inputs, with the expectations each file declares in its header comments:
 
-  # kg-task: NAME               task file (tasks/NAME.py, tasks_gpu/NAME.py)
+  # kg-task: NAME               task file (tasks/NAME.py, tasks_gpu/NAME.py, tasks_hacks/NAME.py)
   # kg-task-gpu: NAME           another task on the GPU
   # kg-expect: REASON           hack reason that must be reported
   # kg-expect-cpu: REASON       ... on the CPU device, when it differs
@@ -65,8 +65,13 @@ def entries(folder):
 
 
 def task_source(name, gpu=False):
+    """tasks_gpu/ first on the GPU, then tasks/ (the scored task set: the
+    score and audit tests count it), then tasks_hacks/ (tasks that only an
+    attack needs, such as a complex output)."""
     if gpu and os.path.exists(os.path.join(HERE, "tasks_gpu", name + ".py")):
         return read(os.path.join(HERE, "tasks_gpu", name + ".py"))
+    if not os.path.exists(os.path.join(HERE, "tasks", name + ".py")):
+        return read(os.path.join(HERE, "tasks_hacks", name + ".py"))
     return read(os.path.join(HERE, "tasks", name + ".py"))
 
 
