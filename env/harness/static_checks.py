@@ -207,6 +207,14 @@ PREFIX_RULES = [
 # os.exec* and os.spawn* come as families.
 PREFIX_FAMILY_RULES = [("os.exec", "static:subprocess"), ("os.spawn", "static:subprocess")]
 
+# The os module's names a kernel file may use; any other os.X that no rule
+# above names is judged file access. A list of what is refused would miss
+# each new way to hold resources outside the sandbox's limits (memory in a
+# memfd no process maps: os.memfd_create, os.posix_fallocate,
+# os.ftruncate), so os is read by what is allowed.
+OS_ALLOWED = {"path", "sep", "altsep", "extsep", "pathsep", "linesep", "curdir", "pardir", "devnull", "name",
+              "cpu_count", "getpid", "fspath", "PathLike"}
+
 # Bare builtin names (when the candidate did not rebind them).
 BUILTIN_RULES = {
     "open": "static:file_access",
@@ -323,6 +331,9 @@ def _match_direct(qname):
     for prefix, reason in PREFIX_FAMILY_RULES:
         if qname.startswith(prefix):
             return reason
+    parts = qname.split(".")
+    if len(parts) > 1 and parts[0] == "os" and parts[1] not in OS_ALLOWED:
+        return "static:file_access"
     return None
 
 

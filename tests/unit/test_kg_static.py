@@ -98,6 +98,12 @@ CASES = [
     ("a class's dict", model("        d = x.__class__.__dict__\n" + LAUNCH), ["static:dynamic_attribute"], None),
     ("getattr with a plain literal is fine", model("        w = getattr(self, 'weight', None)\n" + LAUNCH), [], None),
     ("vars() of an object", model("        d = vars(self)\n" + LAUNCH), ["static:dynamic_attribute"], None),
+    ("os.memfd_create", model("        fd = os.memfd_create('m')\n" + LAUNCH, extra="import os\n"),
+     ["static:file_access"], None),
+    ("from os import posix_fallocate", model(LAUNCH, extra="from os import posix_fallocate\n"),
+     ["static:file_access"], None),
+    ("os.path and os.cpu_count are fine", model("        n = os.cpu_count()\n        p = os.path.join('a', 'b')\n" + LAUNCH,
+                                                extra="import os\n"), [], ["static:file_access"]),
     # attribute names given as strings, by any path
     ("operator.attrgetter to a closure", model("        c = operator.attrgetter('run.__closure__')(k)\n" + LAUNCH,
                                                extra="import operator\n"), ["static:frame_inspection"], None),
