@@ -39,13 +39,14 @@ static int untimed(const char *op) {
 }
 
 static int mark(const ops_ctx *ctx, struct ops_timer *t) {
-    if (t->n_marks == t->cap_marks) {
+    const int cuda = ctx->device == DK_DEVICE_CUDA;
+    if (t->n_marks == t->cap_marks) { /* only the device's kind of mark is kept */
         t->cap_marks = t->cap_marks ? 2 * t->cap_marks : 1024;
-        t->clock = dk_realloc(t->clock, (size_t)t->cap_marks * sizeof(double));
-        t->event = dk_realloc(t->event, (size_t)t->cap_marks * sizeof(void *));
+        if (cuda) t->event = dk_realloc(t->event, (size_t)t->cap_marks * sizeof(void *));
+        else t->clock = dk_realloc(t->clock, (size_t)t->cap_marks * sizeof(double));
     }
     int i = t->n_marks++;
-    if (ctx->device == DK_DEVICE_CUDA) {
+    if (cuda) {
 #ifdef DK_HAVE_CUDA_OPS
         if (i == t->n_events) t->event[t->n_events++] = cuda_timer_mark_new();
         cuda_timer_mark_record(ctx, t->event[i]);

@@ -332,7 +332,7 @@ def serve(rfd, wfd, device_type, shm=None):
         blobs = ()
         if isinstance(ans, tuple):
             ans, blobs = ans
-        ans["ms"] = (time.perf_counter() - t0) * 1000.0
+        ans["ms"] = timing.ms_since(t0)
         if hasattr(runner, "modules_before"):
             ans["compiled"] = runner.compiled()
         try:

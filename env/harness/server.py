@@ -559,18 +559,19 @@ class Server:
         digest = hashlib.sha256(job["task_source"].encode("utf-8", errors="surrogateescape")).hexdigest()
         return (digest, job["device"], job.get("gpu", 0), opts["seed"], opts["reference_mode"], opts["warmup"])
 
-    def clean_for(self, job, opts):
+    def clean_for(self, job, key):
         """The job as its judge gets it: with the clean baseline an earlier
-        judge of the same task measured, while it is fresh (never one the
-        job itself carries: only the server's own figures count)."""
+        judge of the same task (clean_key) measured, while it is fresh
+        (never one the job itself carries: only the server's own figures
+        count)."""
         job = dict(job)
         job.pop("clean_baseline", None)
-        hit = self.clean.get(self.clean_key(job, opts))
+        hit = self.clean.get(key)
         if hit is not None and time.monotonic() - hit[0] < self.clean_cache_s:
             job["clean_baseline"] = hit[1]
         return job
 
-    def keep_clean(self, job, opts, res):
+    def keep_clean(self, key, res):
         """Takes the clean baseline a judge measured out of its result, for
         the next judges of the task."""
         clean = res.pop("clean_baseline", None)
@@ -578,11 +579,12 @@ class Server:
             return
         if len(self.clean) >= CLEAN_CACHE_MAX:
             self.clean.pop(min(self.clean, key=lambda k: self.clean[k][0]))
-        self.clean[self.clean_key(job, opts)] = (time.monotonic(), clean)
+        self.clean[key] = (time.monotonic(), clean)
 
     def run_judge(self, job, opts):
-        res, died = self.run_judge_once(self.clean_for(job, opts), opts)
-        self.keep_clean(job, opts, res)
+        key = self.clean_key(job, opts)
+        res, died = self.run_judge_once(self.clean_for(job, key), opts)
+        self.keep_clean(key, res)
         return res, died
 
     def run_judge_once(self, job, opts):

@@ -530,15 +530,12 @@ class _Checker:
         if not DOTTED_NAME_RE.match(node.value):
             return
         for part in node.value.split("."):
-            if part in TORCH_OVERRIDE_NAMES:
-                self.add("static:torch_override", node, repr(node.value))
-            elif part in INTROSPECTION_ATTRS:
-                self.add("static:frame_inspection", node, repr(node.value))
-            elif part in DYNAMIC_DUNDERS:
-                self.add("static:dynamic_attribute", node, repr(node.value))
-            else:
-                continue
-            return
+            reason = ("static:torch_override" if part in TORCH_OVERRIDE_NAMES else
+                      "static:frame_inspection" if part in INTROSPECTION_ATTRS else
+                      "static:dynamic_attribute" if part in DYNAMIC_DUNDERS else None)
+            if reason:
+                self.add(reason, node, repr(node.value))
+                return
 
     def check_store(self, target):
         if isinstance(target, ast.Attribute) and self.root_is_import(target.value):

@@ -372,22 +372,22 @@ def test_clean_cache():
     srv.clean_cache_s = server.CLEAN_CACHE_S
     opts = protocol.resolve_options({})
     job = {"task_source": "task A", "device": "cuda", "gpu": 0, "clean_baseline": {"ref": [0.001], "null_per_call": 0}}
-    check("clean_baseline" not in srv.clean_for(job, opts), "clean cache: a job's own baseline was passed on")
+    other = dict(job, task_source="task B")
+    key, other_key = srv.clean_key(job, opts), srv.clean_key(other, opts)
+    check("clean_baseline" not in srv.clean_for(job, key), "clean cache: a job's own baseline was passed on")
     good = {"ref": [0.5, 0.6], "null_per_call": 0.02}
     res = {"clean_baseline": dict(good)}
-    srv.keep_clean(job, opts, res)
+    srv.keep_clean(key, res)
     check("clean_baseline" not in res, "clean cache: the baseline stayed in the result")
-    check(srv.clean_for(job, opts).get("clean_baseline") == good, "clean cache: not handed to the same task")
-    other = dict(job, task_source="task B")
-    check("clean_baseline" not in srv.clean_for(other, opts), "clean cache: handed to another task")
-    check("clean_baseline" not in srv.clean_for(job, dict(opts, seed=opts["seed"] + 1)),
+    check(srv.clean_for(job, key).get("clean_baseline") == good, "clean cache: not handed to the same task")
+    check("clean_baseline" not in srv.clean_for(other, other_key), "clean cache: handed to another task")
+    check("clean_baseline" not in srv.clean_for(job, srv.clean_key(job, dict(opts, seed=opts["seed"] + 1))),
           "clean cache: handed across seeds")
     for bad in ({"ref": [float("nan")], "null_per_call": 0.0}, {"ref": "x", "null_per_call": 0.0}, {"ref": []}):
-        srv.keep_clean(other, opts, {"clean_baseline": bad})
-        check("clean_baseline" not in srv.clean_for(other, opts), f"clean cache: kept a malformed {bad}")
-    key = srv.clean_key(job, opts)
+        srv.keep_clean(other_key, {"clean_baseline": bad})
+        check("clean_baseline" not in srv.clean_for(other, other_key), f"clean cache: kept a malformed {bad}")
     srv.clean[key] = (time.monotonic() - server.CLEAN_CACHE_S - 1.0, good)
-    check("clean_baseline" not in srv.clean_for(job, opts), "clean cache: a stale baseline was handed on")
+    check("clean_baseline" not in srv.clean_for(job, key), "clean cache: a stale baseline was handed on")
     print("  clean cache: kept per task and options, stale and malformed ones dropped, a job's own ignored")
 
 
