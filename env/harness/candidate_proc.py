@@ -10,10 +10,12 @@ over a pair of pipes (env.harness.wire):
            seed its Triton cache with the kernels an earlier run of the
            same source compiled (blobs), then build ModelNew (while the
            judge computes its references)
-  forward  {input_seed, mode, seed, hold, buffer, swallow}
+  forward  {input_seed, mode, seed, hold, defer, buffer, swallow}
            draw the inputs from the task with the judge's seed (chosen by
-           the judge from os.urandom at the moment of the call), run one
-           forward, return the output as bytes
+           the judge from os.urandom for this job), run one forward,
+           return the output as bytes; with defer (the correctness
+           trials, all sent at once) keep it and answer its number
+  trial_out {trial}                the output of a deferred trial, as bytes
   time     {seeds, order, warmup}  (CUDA) timed calls with L2 flush and
            events (timing.timed_batch); each timed call's output is kept
            for fetch and its digest (wire.digest) sent with the batch's
@@ -64,6 +66,7 @@ class Runner:
         self.device_type = device_type
         self.device = torch.device("cpu")
         self.held = []
+        self.deferred = []
         self.bufs = [None, None]
         self.timed = {}
         self.recent = []
@@ -74,6 +77,7 @@ class Runner:
     def prepare(self):
         """The CUDA context (the costliest part of a job's start) or the
         Triton interpreter, made while the job before runs."""
+        t0 = time.perf_counter()
         if self.device_type == "cuda":
             from env.harness import evaluate
 
@@ -92,6 +96,7 @@ class Runner:
         self.timers = guards.Timers()
         timing.prewarm(self.device, self.timers)
         self.snapshot = guards.FunctionSnapshot()
+        self.prepare_ms = timing.ms_since(t0)
 
     def patched(self):
         changed = self.snapshot.changed()
@@ -157,7 +162,8 @@ class Runner:
             return dict(_raised(e), where="while building ModelNew", patched=patched)
         from env.harness import candidate_sandbox
 
-        return {"ok": True, "patched": self.patched(), "isolation": candidate_sandbox.candidate_isolation}
+        return {"ok": True, "patched": self.patched(), "isolation": candidate_sandbox.candidate_isolation,
+                "prepare_ms": getattr(self, "prepare_ms", None)}
 
     def _seed_kernels(self, names, blobs):
         """Writes the kernels compiled by an earlier run of this very source
@@ -197,7 +203,7 @@ class Runner:
         self.counter.disabled = bool(req.get("swallow"))
         try:
             with torch.no_grad():
-                torch.manual_seed(int(req["seed"]))
+                loader.seed_all(req["seed"])
                 out = self.model(*args)
             self.sync()
         except BaseException as e:
@@ -205,6 +211,15 @@ class Runner:
         finally:
             self.counter.disabled = False
         reused = False
+        if req.get("defer"):
+            # A correctness trial: the output stays here (alive, so no two
+            # trials share an address) until the judge asks for it by the
+            # number answered now (op_trial_out); the judge sends every
+            # trial's request at once and computes its references meanwhile.
+            self.deferred.append((args, out))
+            return {"deferred": len(self.deferred) - 1, "launches": self.counter.candidate - before,
+                    "launches_all": self.counter.total - total_before,
+                    "kernels": dict(self.counter.per_kernel), "patched": self.patched()}
         if req.get("hold"):
             # Every trial's inputs and output stay alive, so no two trials
             # share an address (a cache keyed on the input pointer cannot
@@ -227,6 +242,20 @@ class Runner:
                 "launches_all": self.counter.total - total_before,
                 "kernels": dict(self.counter.per_kernel), "patched": self.patched()}, blobs
 
+    def op_trial_out(self, req):
+        """The output of a deferred correctness trial (op_forward), as bytes."""
+        i = req.get("trial")
+        if not isinstance(i, int) or not 0 <= i < len(self.deferred):
+            return {"bad_output": f"no output was kept for correctness trial {i}"}
+        blobs = []
+        try:
+            value = wire.encode_value(self.deferred[i][1], blobs)
+        except wire.WireError as e:
+            return {"bad_output": str(e), "patched": self.patched()}
+        except BaseException as e:
+            return dict(_raised(e), patched=self.patched())
+        return {"out": value, "patched": self.patched()}, blobs
+
     def op_pool(self, req):
         """Draws the timed calls' input sets from the judge's seeds ahead of
         the first timed batch, so their making is outside the judge's wall
@@ -244,7 +273,8 @@ class Runner:
         """Timed calls over the pool drawn from the judge's seeds
         (timing.timed_batch): inputs copied into one of two fixed buffers,
         L2 flush, events around the forward, device sync, then (outside
-        the events, inside the judge's wall clock) the output's digest. The
+        the events, inside the judge's wall clock) the output's digest,
+        queued on the device and read with the others at the batch's end. The
         outputs are kept for fetch. The judge times its empty batch itself,
         so nothing here can make the harness's own cost look larger."""
         seeds = [int(s) for s in req["seeds"]]
@@ -257,17 +287,18 @@ class Runner:
         self.model.train(True)
         pool = [self.pool[s] for s in seeds]
         bufs = [loader.clone_inputs(pool[0]), loader.clone_inputs(pool[0])]
-        digests = {}
+        pending = {}
 
         def keep(i, out):
             self.timed[i] = out
-            digests[str(i)] = str(wire.value_digest(out))
+            pending[str(i)] = wire.value_digest_tensor(out)
 
         order, warmup = [int(i) for i in req["order"]], int(req["warmup"])
         before = self.counter.candidate
         try:
             times = timing.timed_batch(lambda args: self.model(*args), pool, order, warmup, bufs, self.flusher,
                                        self.timers, keep)
+            digests = wire.read_digests(pending)
         except BaseException as e:
             return dict(_raised(e), patched=self.patched())
         return {"times_ms": times, "digests": digests, "launches": self.counter.candidate - before,
@@ -314,7 +345,7 @@ def serve(rfd, wfd, device_type, shm=None):
     except BaseException as e:
         runner.ready_error = f"internal: the candidate's process could not be set up: {type(e).__name__}: {e}"
     ops = {"load": runner.op_load, "forward": runner.op_forward, "time": runner.op_time,
-           "fetch": runner.op_fetch, "release": runner.op_release, "profile": runner.op_profile,
+           "fetch": runner.op_fetch, "trial_out": runner.op_trial_out, "release": runner.op_release, "profile": runner.op_profile,
            "modules": runner.op_modules, "cache": runner.op_cache, "pool": runner.op_pool}
     while True:
         try:

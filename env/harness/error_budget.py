@@ -65,7 +65,7 @@ import math
 
 import torch
 
-from env.harness import compare
+from env.harness import compare, loader
 
 K = 8.0  # the default; a job's option budget_k (env/harness/protocol.py) sets it
 TRAIN_EVAL_TOL = 1e-5
@@ -130,7 +130,7 @@ def fp64_forward(model64, inputs, seed, device, out_device):
     inside)."""
     model64.train(False)
     with torch.no_grad():
-        torch.manual_seed(seed)
+        loader.seed_all(seed)
         out = model64(*[_move(x, device, to64=True) for x in inputs])
     for leaf in compare.leaves(out):
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.dtype != torch.float64:
@@ -146,7 +146,7 @@ MAGNITUDE_CAP = 1e-4
 FLOOR_ATTR = "fp32_floor_rms"
 
 
-def fp64_magnitude_floor(model64, out64, inputs, seed, device):
+def fp64_magnitude_floor(model64, out64, inputs, seed, device, mag_rms=None):
     """Attaches to each floating leaf of out64 (as the attribute FLOOR_ATTR)
     an error scale no fp32 kernel can be asked to beat: FP32_UNIT times the
     RMS of the fp64 model run on |x| (every floating input made positive),
@@ -159,18 +159,32 @@ def fp64_magnitude_floor(model64, out64, inputs, seed, device):
     about 10x closer to fp64 than a lane-blocked Triton sum), and a budget of
     K E alone then rejects honest kernels for a plainer summation order.
     bf16 or fp16 arithmetic errs 2^16 or 2^13 times u sum |x_i|, far above K
-    times this floor."""
-    pos = [x.to(device=device, dtype=torch.float64).abs() if isinstance(x, torch.Tensor) and x.is_floating_point()
-           else x for x in inputs]
-    mag = fp64_forward(model64, pos, seed, device, device)
-    for a, b in zip(compare.leaves(out64), compare.leaves(mag)):
-        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.shape == b.shape and a.numel():
-            a64 = a.detach().to(device=b.device, dtype=torch.float64)
+    times this floor.
+
+    Returns the RMS of the magnitude run per leaf (None where a leaf has
+    none). Given mag_rms from an earlier trial, that is used instead of a
+    run of its own: the trials' inputs are draws of one distribution, whose
+    magnitude RMS differs between draws by a fraction of a percent, and the
+    run costs as much as an fp64 forward."""
+    a_leaves = list(compare.leaves(out64))
+    if mag_rms is None:
+        pos = [x.to(device=device, dtype=torch.float64).abs()
+               if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        mag = fp64_forward(model64, pos, seed, device, device)
+        mag_rms = []
+        for a, b in zip(a_leaves, compare.leaves(mag)):
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.shape == b.shape and a.numel():
+                fb = torch.where(torch.isfinite(b), b, torch.zeros_like(b))
+                mag_rms.append(math.sqrt(float((fb * fb).mean())))
+            else:
+                mag_rms.append(None)
+    for a, m in zip(a_leaves, mag_rms):
+        if m is not None and isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel():
+            a64 = a.detach().to(dtype=torch.float64)
             fa = torch.where(torch.isfinite(a64), a64, torch.zeros_like(a64))
-            fb = torch.where(torch.isfinite(b), b, torch.zeros_like(b))
             out_rms = math.sqrt(float((fa * fa).mean()))
-            mag_rms = math.sqrt(float((fb * fb).mean()))
-            setattr(a, FLOOR_ATTR, min(FP32_UNIT * mag_rms, MAGNITUDE_CAP * out_rms))
+            setattr(a, FLOOR_ATTR, min(FP32_UNIT * m, MAGNITUDE_CAP * out_rms))
+    return mag_rms
 
 
 # ---- the rule ----------------------------------------------------------------
@@ -179,16 +193,24 @@ def leaf_scale(ref, ref64):
     """s = max(e_ref, E) elementwise, in float64 on ref's device, and E:
     the RMS of e_ref, or the fp32 floor (fp64_magnitude_floor) where the
     judge measured one and it is larger."""
+    s, rms, r64 = _leaf_scale(ref.detach().to(torch.float64), ref64)
+    return s, float(rms), r64
+
+
+def _leaf_scale(r, ref64):
+    """leaf_scale on r (the reference in float64) with E left on the device
+    as a 0-dim tensor, so the rule reads it with its other figures in one
+    go: each read waits for the device, and a device shared with the
+    candidate's process and the next job's setup makes every wait cost."""
     floor = float(getattr(ref64, FLOOR_ATTR, 0.0))
-    r = ref.detach().to(torch.float64)
     r64 = ref64.detach().to(device=r.device, dtype=torch.float64)
     e_ref = (r - r64).abs()
     finite = torch.isfinite(e_ref)
     e_fin = torch.where(finite, e_ref, torch.zeros_like(e_ref))
-    n = int(finite.sum())
-    rms = math.sqrt(float((e_fin * e_fin).sum()) / n) if n else 0.0
-    rms = max(rms, floor) if math.isfinite(floor) else rms
-    return torch.clamp(e_fin, min=rms), rms, r64
+    rms = torch.sqrt((e_fin * e_fin).sum() / finite.sum().clamp(min=1))
+    if math.isfinite(floor):
+        rms = torch.clamp(rms, min=floor)
+    return torch.maximum(e_fin, rms), rms, r64
 
 
 def judge_leaf(ref, out, ref64, atol, rtol, k=K):
@@ -196,23 +218,32 @@ def judge_leaf(ref, out, ref64, atol, rtol, k=K):
     ok, rule ("tolerance" | "fp64_budget" | "none"), ratio (None without
     ref64), bad (bool tensor of elements meeting neither rule), tol_ratio
     (largest |cand - ref| / (atol + rtol |ref|)), max_rel (largest
-    |cand - ref| / |ref|), scale_rms (E)."""
+    |cand - ref| / |ref|), scale_rms (E), max_abs_diff (largest
+    |cand - ref|, equal values counting 0, NaN infinite). Every figure is
+    computed on the device and read back at once."""
     r = ref.detach().to(torch.float64)
     o = out.detach().to(device=r.device, dtype=torch.float64)
+    res = {"ratio": None, "tol_ratio": 0.0, "max_rel": 0.0, "scale_rms": None, "max_abs_diff": 0.0}
+    if r.numel() == 0:
+        res.update(ok=True, rule="tolerance", bad=torch.zeros_like(r, dtype=torch.bool))
+        if ref64 is not None:
+            res["ratio"] = 0.0
+        return res
     same = (o == r) | (torch.isnan(o) & torch.isnan(r))
     diff = (o - r).abs()
     tol = atol + rtol * r.abs()
     tol_ok = same | (diff <= tol)
-    finite_diff = torch.where(torch.isfinite(diff), diff, torch.zeros_like(diff))
-    tol_ratio = float((finite_diff / tol.clamp(min=1e-300)).max()) if r.numel() else 0.0
-    if bool((~torch.isfinite(diff) & ~same).any()):
-        tol_ratio = math.inf
-    max_rel = float((finite_diff / r.abs().clamp(min=1e-30)).max()) if r.numel() else 0.0
-    res = {"ratio": None, "tol_ratio": tol_ratio, "max_rel": max_rel, "scale_rms": None}
+    finite = torch.isfinite(diff)
+    finite_diff = torch.where(finite, diff, torch.zeros_like(diff))
+    figures = [(finite_diff / tol.clamp(min=1e-300)).max(),
+               (~finite & ~same).any(),
+               (finite_diff / r.abs().clamp(min=1e-30)).max(),
+               torch.nan_to_num(torch.where(same, torch.zeros_like(diff), diff), nan=math.inf).max(),
+               tol_ok.all()]
     if ref64 is None:
         bad = ~tol_ok
     else:
-        s, rms, r64 = leaf_scale(r, ref64)
+        s, rms, r64 = _leaf_scale(r, ref64)
         allow = k * s + atol + rtol * r64.abs()
         e_c = (o - r64).abs()
         both_finite = torch.isfinite(r) & torch.isfinite(r64)
@@ -220,13 +251,16 @@ def judge_leaf(ref, out, ref64, atol, rtol, k=K):
         bad = ~(tol_ok | bud_ok)
         ratio = torch.where(both_finite, e_c / allow, torch.where(same, torch.zeros_like(e_c),
                                                                    torch.full_like(e_c, math.inf)))
-        ratio = torch.nan_to_num(ratio, nan=math.inf)
-        res["ratio"] = float(ratio.max()) if r.numel() else 0.0
-        res["scale_rms"] = rms
-    res["bad"] = bad
-    if bool(bad.any()):
+        figures += [torch.nan_to_num(ratio, nan=math.inf).max(), rms]
+    figures.append(bad.any())
+    values = torch.stack([f.to(torch.float64) for f in figures]).tolist()
+    tol_ratio, non_finite, max_rel, max_abs, tol_all = values[:5]
+    res.update(tol_ratio=math.inf if non_finite else tol_ratio, max_rel=max_rel, max_abs_diff=max_abs, bad=bad)
+    if ref64 is not None:
+        res["ratio"], res["scale_rms"] = values[5], values[6]
+    if values[-1]:
         res["ok"], res["rule"] = False, "none"
-    elif bool(tol_ok.all()):
+    elif tol_all:
         res["ok"], res["rule"] = True, "tolerance"
     else:
         res["ok"], res["rule"] = True, "fp64_budget"
@@ -266,15 +300,15 @@ def judge(ref, out, ref64, atol, rtol, k=K):
         if not r.is_floating_point() or (r64 is not None and tuple(r64.shape) != tuple(r.shape)):
             r64 = None
         leaf = judge_leaf(r, o, r64, atol, rtol, k)
-        od, rd = o.detach().to(torch.float64), r.detach().to(torch.float64)
         # Equal values (equal infinities, NaN where the reference has NaN) differ by 0.
-        diff = torch.where((od == rd) | (torch.isnan(od) & torch.isnan(rd)), torch.zeros_like(rd), (od - rd).abs())
-        worst = max(worst, float(torch.nan_to_num(diff, nan=math.inf).max()))
+        worst = max(worst, leaf["max_abs_diff"])
         if leaf["ratio"] is not None:
             ratio = leaf["ratio"] if ratio is None else max(ratio, leaf["ratio"])
         if RULE_ORDER[leaf["rule"]] > RULE_ORDER[rule]:
             rule = leaf["rule"]
         if not leaf["ok"] and verdict["leaf"] is None:
+            od, rd = o.detach().to(torch.float64), r.detach().to(device=o.device, dtype=torch.float64)
+            diff = torch.where((od == rd) | (torch.isnan(od) & torch.isnan(rd)), torch.zeros_like(rd), (od - rd).abs())
             n_bad = int(leaf["bad"].sum())
             n_nan = int((torch.isnan(o) & ~torch.isnan(r)).sum()) if o.is_floating_point() else 0
             if n_nan:

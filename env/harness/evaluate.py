@@ -64,6 +64,8 @@ NO_TIME_US = 3.0
 POOL_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 256 << 20}
 STRICT_POOL_MAX = {"cuda": 64, "cpu": 8}
 CPU_SEQUENCE_CALLS = 3
+# The correctness trials run in eval() mode, then in train() mode.
+CORRECTNESS_MODES = ("eval", "train")
 CPU_STRICT_SEQUENCE_CALLS = 6
 # Timed calls are checked on this many random positions of each larger
 # output leaf (compare.SampledVerdicts); the correctness trials check all.
@@ -86,6 +88,11 @@ def cuda_context():
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, GPU_MEMORY_CAP_GB * 0.5e9 / total), device)
     return device
+
+
+# What a judge forked ahead spent on its setup before its job arrived (ms by
+# step; the server's _prepare_child fills it), copied into phases_ms.
+AHEAD_MS = {}
 
 
 class Stop(Exception):
@@ -159,6 +166,7 @@ class Evaluation(JudgeTiming):
         self.res["sandbox"] = isolation
         self.res["device"] = job["device"]
         self.phases = self.res["phases_ms"]
+        self.phases.update(AHEAD_MS)
         self.strict = bool(opts["strict"])
         self.res["strict"] = self.strict
         self.workdir = os.getcwd()
@@ -205,7 +213,11 @@ class Evaluation(JudgeTiming):
         """One request to the candidate's process (sent: already sent with
         remote.send, only its answer is read); its death is a crash."""
         try:
-            ans, blobs = self.remote.receive() if sent else self.remote.request(header)
+            if sent:
+                self.unread -= 1
+                ans, blobs = self.remote.receive()
+            else:
+                ans, blobs = self.remote.request(header)
         except remote.CandidateGarbled as e:
             self.stop("incorrect", f"{where}: {e}")
         except remote.CandidateGone as e:
@@ -277,7 +289,7 @@ class Evaluation(JudgeTiming):
         then its channel closed (it exits)."""
         if self.remote is None:
             return
-        if not getattr(self, "load_sent", False):  # no answer is pending
+        if not getattr(self, "unread", 0):  # no answer is pending
             self._harvest_kernels()
             if getattr(self, "want_modules", False):
                 try:
@@ -335,21 +347,18 @@ class Evaluation(JudgeTiming):
     def _ref_forward(self, inputs, mode, seed):
         self.ref_model.train(mode == "train")
         with torch.no_grad():
-            torch.manual_seed(seed)
+            loader.seed_all(seed)
             return self.ref_model(*loader.clone_inputs(inputs))
 
     def _reference_outputs(self):
         t0 = time.perf_counter()
-        trials = self.opts["correctness_trials"] * (3 if self.strict else 1)
-        # Distinct seeds, none known before the job ran.
-        self.seeds = [loader.fresh_seed() for _ in range(trials)]
         try:
             # The fp64 copy starts from the state the first forward saw:
             # train() forwards move BatchNorm's running statistics.
             self.pristine = error_budget.snapshot(self.ref_model)
             self.sets = [loader.inputs_from(self.task, s, self.device) for s in self.seeds]
             self.ref_outs = {m: [self._ref_forward(x, m, s) for x, s in zip(self.sets, self.seeds)]
-                             for m in ("eval", "train")}
+                             for m in CORRECTNESS_MODES}
             self.atol, self.rtol = compare.tolerance(self.opts, self.task, self.ref_outs["eval"][0])
             in_bytes = timing.input_bytes(self.sets[0])
             self.out_bytes = timing.output_bytes(self.ref_outs["train"][0])
@@ -408,9 +417,10 @@ class Evaluation(JudgeTiming):
     def _fp64_outputs(self, device):
         model64 = error_budget.fp64_model(self.pristine, device)
         outs = []
+        mag_rms = None  # the magnitude run's RMS, from the first trial (fp64_magnitude_floor)
         for x, s in zip(self.sets, self.seeds):
             out64 = error_budget.fp64_forward(model64, x, s, device, self.device)
-            error_budget.fp64_magnitude_floor(model64, out64, x, s, device)
+            mag_rms = error_budget.fp64_magnitude_floor(model64, out64, x, s, device, mag_rms)
             outs.append(out64)
         del model64
         self.sync()
@@ -438,16 +448,24 @@ class Evaluation(JudgeTiming):
     def _start_load(self):
         """Asks the candidate's process to load the task and the candidate
         (with the kernels an earlier run of the same source compiled,
-        env.harness.kernel_cache) while the judge computes the reference
-        outputs; _load_candidate reads the answer."""
-        self.load_sent = False
+        env.harness.kernel_cache), then to run every correctness trial and
+        keep its output, while the judge computes the reference outputs;
+        _load_candidate and _correctness read the answers. The trials'
+        input seeds are drawn here, none known before the job ran."""
+        self.unread = 0
+        trials = self.opts["correctness_trials"] * (3 if self.strict else 1)
+        self.seeds = [loader.fresh_seed() for _ in range(trials)]
         names, datas = kernel_cache.read_tree(self._kernel_entry())
         self.res["kernels_seeded"] = len(names)
         try:
             self.remote.send({"op": "load", "task_source": self.job["task_source"],
                               "candidate_source": self.job["candidate_source"], "seed": self.opts["seed"],
                               "cache_files": names}, datas)
-            self.load_sent = True
+            self.unread += 1
+            for mode in CORRECTNESS_MODES:
+                for seed in self.seeds:
+                    self.remote.send({"op": "forward", "input_seed": seed, "mode": mode, "seed": seed, "defer": True})
+                    self.unread += 1
         except remote.CandidateGone as e:
             self.stop("crash", f"while importing the candidate: {e}")
 
@@ -478,10 +496,11 @@ class Evaluation(JudgeTiming):
 
     def _load_candidate(self):
         t0 = time.perf_counter()  # the load's time beyond the judge's own work beside it
-        ans, _ = self.ask({}, "while importing the candidate", sent=self.load_sent)
-        self.load_sent = False
+        ans, _ = self.ask({}, "while importing the candidate", sent=True)
         if isinstance(ans.get("ms"), (int, float)):
             self.phases["candidate_load"] = float(ans["ms"])
+        if isinstance(ans.get("prepare_ms"), (int, float)):
+            self.phases["candidate_prepare"] = float(ans["prepare_ms"])
         if isinstance(ans.get("isolation"), dict):
             self.res["sandbox"] = dict(self.res["sandbox"] or {}, candidate=ans["isolation"])
         if "error" in ans:
@@ -512,8 +531,24 @@ class Evaluation(JudgeTiming):
             ref64 = None  # the reference depends on the mode: the fp64 copy ran in eval()
         return error_budget.judge(ref, out, ref64, self.atol, self.rtol, self.budget_k), ref64
 
+    def _trial_claims(self):
+        """Reads the answers to the correctness trials _start_load sent, in
+        their order: [(mode, trial, answer)], each answer saying what the
+        candidate's process kept (its number) and claims about the call."""
+        claims = []
+        for mode in CORRECTNESS_MODES:
+            for t in range(len(self.seeds)):
+                where = f"in forward ({mode} mode, trial {t})"
+                ans, _ = self.ask({}, where, sent=True)
+                self.res["compiled"] = True
+                if not isinstance(ans.get("deferred"), int) or isinstance(ans.get("deferred"), bool):
+                    self.stop("incorrect", f"{where}: the candidate's process kept no output")
+                claims.append((mode, t, ans))
+        return claims
+
     def _correctness(self):
         t0 = time.perf_counter()
+        claims = self._trial_claims()
         launches = {}
         outs, ptrs = {}, {}
         first_failure = None
@@ -521,32 +556,38 @@ class Evaluation(JudgeTiming):
         rule, ratio = "tolerance", None
         kernels = {}
         judged = 0.0
-        for mode in ("eval", "train"):
+        for mode in CORRECTNESS_MODES:
             launches[mode] = 0
             outs[mode], ptrs[mode] = [], []
-            for t, seed in enumerate(self.seeds):
-                where = f"in forward ({mode} mode, trial {t})"
-                out, notes, ans = self._forward(seed, mode, where, hold=True)
-                launches[mode] += remote.claimed_int(ans, "launches")
-                if isinstance(ans.get("kernels"), dict):
-                    kernels = {str(k)[:100]: v for k, v in list(ans["kernels"].items())[:50]}
-                t1 = time.perf_counter()
-                v, ref64 = self._judge_output(mode, t, out)
-                judged += timing.ms_since(t1)
-                if v["max_abs_diff"] is not None:
-                    worst = max(worst, v["max_abs_diff"])
-                if v["ratio"] is not None:
-                    ratio = v["ratio"] if ratio is None else max(ratio, v["ratio"])
-                if error_budget.RULE_ORDER[v["rule"]] > error_budget.RULE_ORDER[rule]:
-                    rule = v["rule"]
-                if not v["ok"] and first_failure is None:
-                    first_failure = f"{mode} mode, trial {t}: {v['message']}"
-                    m = error_budget.mismatch_report(self.ref_outs[mode][t], out, ref64, v, self.atol, self.rtol,
-                                                     self.budget_k, {"mode": mode, "trial": t})
-                    if m is not None:
-                        self.res["mismatch"] = m
-                outs[mode].append(out)
-                ptrs[mode].append({n.get("ptr") for n in notes if n.get("ptr")})
+        # Each trial's output is asked for before the one before it is
+        # judged: the candidate's process copies it out while the judge works.
+        self._ask_trial_out(claims[0][2])
+        for i, (mode, t, claim) in enumerate(claims):
+            where = f"in forward ({mode} mode, trial {t})"
+            ans, blobs = self.ask({}, where, sent=True)
+            if i + 1 < len(claims):
+                self._ask_trial_out(claims[i + 1][2])
+            out, notes = self.output_of(ans, blobs, where)
+            launches[mode] += remote.claimed_int(claim, "launches")
+            if isinstance(claim.get("kernels"), dict):
+                kernels = {str(k)[:100]: v for k, v in list(claim["kernels"].items())[:50]}
+            t1 = time.perf_counter()
+            v, ref64 = self._judge_output(mode, t, out)
+            judged += timing.ms_since(t1)
+            if v["max_abs_diff"] is not None:
+                worst = max(worst, v["max_abs_diff"])
+            if v["ratio"] is not None:
+                ratio = v["ratio"] if ratio is None else max(ratio, v["ratio"])
+            if error_budget.RULE_ORDER[v["rule"]] > error_budget.RULE_ORDER[rule]:
+                rule = v["rule"]
+            if not v["ok"] and first_failure is None:
+                first_failure = f"{mode} mode, trial {t}: {v['message']}"
+                m = error_budget.mismatch_report(self.ref_outs[mode][t], out, ref64, v, self.atol, self.rtol,
+                                                 self.budget_k, {"mode": mode, "trial": t})
+                if m is not None:
+                    self.res["mismatch"] = m
+            outs[mode].append(out)
+            ptrs[mode].append({n.get("ptr") for n in notes if n.get("ptr")})
         self.res["launches"] = {"eval": launches["eval"], "train": launches["train"], "kernels": kernels}
         # The result travels as JSON without NaN or infinity (a NaN output
         # makes both infinite): unknown there, the mismatch says why.
@@ -558,7 +599,7 @@ class Evaluation(JudgeTiming):
         if launches["train"] == 0:
             self.hack("runtime:no_triton_launch_train", "no Triton kernel of the candidate ran in train() mode")
         self._train_eval_check(outs)
-        for mode in ("eval", "train"):
+        for mode in CORRECTNESS_MODES:
             o, r, p = outs[mode], self.ref_outs[mode], ptrs[mode]
             for i in range(len(o)):
                 for j in range(i + 1, len(o)):
@@ -577,6 +618,13 @@ class Evaluation(JudgeTiming):
         self.res["correct"] = True
         if rule == "fp64_budget":
             self._widen_for_sequence()
+
+    def _ask_trial_out(self, claim):
+        try:
+            self.remote.send({"op": "trial_out", "trial": claim["deferred"]})
+            self.unread += 1
+        except remote.CandidateGone as e:
+            self.stop("crash", f"while reading a correctness trial's output: {e}")
 
     def _train_eval_check(self, outs):
         """The recipe's check: on the same inputs the candidate's train() and
@@ -634,7 +682,9 @@ class Evaluation(JudgeTiming):
                       "the output stays correct with every Triton launch of the candidate skipped")
 
     def _sequence(self):
+        t0 = time.perf_counter()
         sandbox.wait_gate()
+        self.phases["gate"] = timing.ms_since(t0)
         t0 = time.perf_counter()
         n = self.pool_n
         calls, warmup = sequence_plan(self.opts, self.device.type, self.strict, n)

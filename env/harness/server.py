@@ -14,7 +14,8 @@ when fd 3 is not open; logs go to stderr. The first line written is
 
 Line kinds: a job (see env.harness.protocol), {"kind": "ping"} answered
 {"pong": true}, {"kind": "gpu_check", "gpu": N} answered {"gpu_ok": ...},
-{"kind": "status"} answered {"spare_pid": PID or null} (see DK_KG_PREFORK).
+{"kind": "status"} answered {"spare_pids": [PID, ...]} and "spare_pid" (the
+first or null) (see DK_KG_PREFORK).
 
 Environment: DK_KG_CACHE (cache dir, default ~/.cache/drkernel/kernelgym:
 reference timings, Triton and CUDA compile caches; the candidate's process
@@ -25,10 +26,11 @@ besides the temp dirs, /dev/shm, /run and the cache), DK_KGPROF_LIB / DK_BUILD
 (where libkgprof.so is), DK_KG_GPU_MEMORY_GB (> 0: a job's judge and candidate's process may
 together hold at most this much GPU memory, half each, so a worker beside
 the trainer cannot push it out of memory), DK_KG_PYPROFILE (N > 0: each result carries the
-child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (default 1:
-fork each job's child during the job before it, sandbox and CUDA context
-ready; the job before waits for that setup to end before its timed calls;
-0 forks each child when its job arrives), DK_KG_CLEAN_CACHE_S (how long a
+child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (how many
+children are forked ahead of their jobs, sandbox and CUDA contexts ready,
+default 2; 0 forks each child when its job arrives), DK_KG_GATE (1: a job
+waits, before its timed calls, for the setup of the child forked during it;
+default off), DK_KG_CLEAN_CACHE_S (how long a
 task's clean timing baseline is handed to later judges, default 600; 0:
 every judge times its own).
 """
@@ -278,7 +280,10 @@ def _prepare_child(device):
     def prepare(isolation):
         if device != "cuda":
             return
+        t0 = time.perf_counter()
         evaluate.cuda_context()
+        evaluate.AHEAD_MS["ahead_context"] = timing.ms_since(t0)
+        t0 = time.perf_counter()
         try:
             a = torch.ones(8, 8, device="cuda")
             a @ a
@@ -288,8 +293,28 @@ def _prepare_child(device):
         except Exception:  # the job will meet the same problem and report it
             pass
         # the timed loop's own buffers and kernels (timing.prewarm)
+        evaluate.AHEAD_MS["ahead_handles"] = timing.ms_since(t0)
+        t0 = time.perf_counter()
         timing.prewarm(torch.device("cuda"), guards.Timers())
+        evaluate.AHEAD_MS["ahead_prewarm"] = timing.ms_since(t0)
     return prepare
+
+
+def prefork_depth(value):
+    """DK_KG_PREFORK: how many children are forked ahead of their jobs (0:
+    none, each job forks its own when it arrives). Unset: 2. A child's
+    setup (its sandbox, its candidate's process and both CUDA contexts:
+    about 0.75 s on an H200) then has two jobs' time to finish; with one,
+    a job shorter than that waited for the next job's child."""
+    if value is None or value.strip() == "":
+        return 2
+    try:
+        n = int(value)
+    except ValueError:
+        raise SystemExit(f"DK_KG_PREFORK={value!r}: expected a whole number of children (0, 1, 2, ...)")
+    if not 0 <= n <= 8:
+        raise SystemExit(f"DK_KG_PREFORK={value!r}: expected 0 to 8 children")
+    return n
 
 
 def _run_job(payload, isolation):
@@ -327,8 +352,8 @@ class Server:
         self.versions = {"torch": torch.__version__, "triton": triton.__version__}
         self.cuda = False
         self.gpus = []
-        self.prefork = os.environ.get("DK_KG_PREFORK", "1") != "0"
-        self.spare = None
+        self.prefork = prefork_depth(os.environ.get("DK_KG_PREFORK"))
+        self.spares = []  # children forked ahead, oldest first
         self.isolation = {}
         self.clean = {}  # clean_key -> (monotonic time, baseline)
         self.clean_cache_s = CLEAN_CACHE_S  # main() sets DK_KG_CLEAN_CACHE_S's
@@ -533,11 +558,17 @@ class Server:
             log(f"cannot fork a child ahead ({e}); jobs start their own")
             return None
 
-    def drop_spare(self):
-        if self.spare is not None:
-            sandbox.discard(self.spare)
-            shutil.rmtree(self.spare.workdir, ignore_errors=True)
-            self.spare = None
+    def drop_spares(self, keep_key=None):
+        """Discards the children forked ahead, or those whose key is not
+        keep_key."""
+        kept = []
+        for spare in self.spares:
+            if keep_key is not None and spare.key == keep_key:
+                kept.append(spare)
+                continue
+            sandbox.discard(spare)
+            shutil.rmtree(spare.workdir, ignore_errors=True)
+        self.spares = kept
 
     def run_candidate(self, job, opts):
         """Runs the job in a judge. A judge that dies without a verdict (it
@@ -592,26 +623,33 @@ class Server:
         limits = self.limits(opts, device)
         key = (device, gpu, limits.timeout_s, limits.cpu_time_s, limits.memory_bytes, limits.max_procs)
         child, ahead = None, False
-        if self.spare is not None and self.spare.key == key:
-            spare, self.spare = self.spare, None
+        self.drop_spares(keep_key=key)
+        while child is None and self.spares:
+            spare = self.spares.pop(0)
             if sandbox.send_job(spare, {"job": job, "opts": opts}):
                 child, ahead = spare, True
             else:
                 shutil.rmtree(spare.workdir, ignore_errors=True)
-        self.drop_spare()
         if child is None:
             child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits, judge=True)
-        nxt = self.spawn_spare(key, limits, device, gpu) if self.prefork else None
+        nxt = None
+        while len(self.spares) < self.prefork:
+            nxt = self.spawn_spare(key, limits, device, gpu)
+            if nxt is None:
+                break
+            self.spares.append(nxt)
         source = job["candidate_source"]
         out = self.finish_child(child, next_spare=nxt, keep=lambda workdir: kernel_cache.publish(
             self.kernel_store, source, os.path.join(workdir, kernel_cache.HARVEST_DIR)))
-        self.spare = nxt
         res = self.outcome_result(job.get("id"), out)
         if res["status"] in ("crash", "timeout"):
             # After a crash or a kill the next job gets a process forked
             # after the GPU check, not one that was set up beside the fault.
-            self.drop_spare()
+            self.drop_spares()
         res["phases_ms"]["child_wall"] = out.wall_s * 1000.0
+        if nxt is not None and nxt.ready_at is not None:
+            # how long the next job's child took to set up, beside this job
+            res["phases_ms"]["spare_ready"] = (nxt.ready_at - nxt.t0) * 1000.0
         res["forked_ahead"] = ahead
         return res, out.kind in ("died", "no_message")
 
@@ -755,7 +793,8 @@ class Server:
         if kind == "gpu_check":
             return self.gpu_check(job)
         if kind == "status":  # the child forked ahead, for tests that count processes
-            return {"spare_pid": self.spare.pid if self.spare is not None else None, "id": job.get("id")}
+            return {"spare_pid": self.spares[0].pid if self.spares else None,
+                    "spare_pids": [c.pid for c in self.spares], "id": job.get("id")}
         if kind not in (None, "eval", "job"):
             return protocol.error_result(job.get("id"), f"unknown line kind {kind!r}")
         try:
@@ -774,7 +813,7 @@ class Server:
             self.write(self.handle(raw))
 
     def close(self):
-        self.drop_spare()
+        self.drop_spares()
         sandbox.kill_all_descendants(spares_too=True)
         shutil.rmtree(self.tmp_base, ignore_errors=True)
 

@@ -191,12 +191,14 @@ def test_faults(server, isolation):
         if name == "fault_fake_json.py":
             check(res["status"] == "incorrect" and res["correct"] is False,
                   f"{name}: the forged stdout result leaked into the verdict: {res['status']}")
-        # The child forked ahead for the next job (a judge, with its
-        # candidate's process) is the one allowed.
-        spare = server.request({"kind": "status"}).get("spare_pid")
+        # The children forked ahead for the next jobs (judges, each with its
+        # candidate's process) are the ones allowed.
+        spares = server.request({"kind": "status"}).get("spare_pids") or []
 
         def leftovers():
-            allowed = {spare} | set(descendants_of(spare)) if spare else set()
+            allowed = set()
+            for spare in spares:
+                allowed |= {spare} | set(descendants_of(spare))
             return [p for p in descendants_of(server.pid) if p not in allowed]
 
         left = leftovers()

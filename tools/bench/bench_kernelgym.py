@@ -50,7 +50,7 @@ from env.harness.client import HarnessServer  # noqa: E402
 PHASE_ORDER = ("sandbox", "setup", "check", "load", "time_clean", "time_clean_first", "time_clean_batches",
                "candidate_load", "reference_outputs", "reference_fp64", "reference_profile", "correctness",
                "correctness_judge", "time", "time_warmup", "time_steady", "time_batches", "time_verify",
-               "time_reference", "profile", "boundary", "reference", "child_wall", "total")
+               "time_reference", "gate", "profile", "boundary", "spare_ready", "reference", "child_wall", "total")
 
 
 def phase_medians(rows):
@@ -77,7 +77,7 @@ def main():
     ap.add_argument("--report", help="write the per-job numbers as JSON here")
     ap.add_argument("--no-prefork", dest="prefork", action="store_false",
                     help="DK_KG_PREFORK=0: fork each job's child only when the job arrives "
-                         "(default: forked and set up during the job before it)")
+                         "(default: the server's, children forked and set up during the jobs before)")
     ap.add_argument("--pyprofile", type=int, default=0,
                     help="N > 0: profile each evaluation child and print the last job's N costliest calls")
     args = ap.parse_args()
@@ -86,7 +86,8 @@ def main():
     env = {"DK_KG_CACHE": cache}
     if args.pyprofile > 0:
         env["DK_KG_PYPROFILE"] = str(args.pyprofile)
-    env["DK_KG_PREFORK"] = "1" if args.prefork else "0"
+    if not args.prefork:
+        env["DK_KG_PREFORK"] = "0"
     t0 = time.monotonic()
     server = HarnessServer(env=env)
     startup = time.monotonic() - t0
