@@ -74,7 +74,7 @@ FIRST_SIGHT_SLACK_MS = 0.005
 
 class JudgeTiming:
     """The timed-sequence phases of Evaluation. They use its job state
-    (task, ref_model, device, pool_seeds, pool_refs, out_bytes, opts, res,
+    (task, ref_model, device, pool_seeds, pool_ref, ref_outs, out_bytes, opts, res,
     phases) and its channel helpers (ask, output_of, hack, stop, sync,
     _no_effect)."""
 
@@ -112,8 +112,8 @@ class JudgeTiming:
     def _judge_batch(self, call, order, warmup, like, pool=None):
         """(event times, wall ms) of one batch run here with the candidate's
         loop (timing.timed_batch). Each call's output, or for the empty
-        batch (call returns None) an uninitialised one shaped like the
-        reference's, is kept to the batch's end and digested, as the
+        batch (call returns None) an uninitialised one shaped like
+        like[input set], is kept to the batch's end and digested, as the
         candidate's process does with its outputs."""
         s = self._timing_kit()
         kept, pending = [], {}
@@ -181,6 +181,8 @@ class JudgeTiming:
         self.phases["time_steady"] = timing.ms_since(t0)
         batches_ms, verify_ms = 0.0, 0.0
         ref_first = timing.interleave_order(-(-calls // per_batch))
+        # the empty calls' stand-in outputs: shaped like a train() output
+        like = [self.ref_outs["train"][0]] * n
         times, ref_times, walls, nulls, ref_walls = [], [], 0.0, 0.0, 0.0
         done, b = 0, 0
         while done < calls:
@@ -188,17 +190,17 @@ class JudgeTiming:
             batch = order[done:done + size]
             ref_wall = 0.0
             if interleaved and ref_first[b]:
-                rt, ref_wall = self._judge_batch(self._reference_call, batch, 0, self.pool_refs)
+                rt, ref_wall = self._judge_batch(self._reference_call, batch, 0, None)
             ts, wall, digests = self._timed_batch(batch, 0)
             if interleaved and not ref_first[b]:
-                rt, ref_wall = self._judge_batch(self._reference_call, batch, 0, self.pool_refs)
+                rt, ref_wall = self._judge_batch(self._reference_call, batch, 0, None)
             if interleaved:
                 ref_times += rt
                 own += ref_wall
             # The empty batch: its first NULL_CALLS calls, scaled to the
             # batch (each costs the loop's fixed work, the same every call).
             empty = batch[:NULL_CALLS]
-            _, wall_null = self._judge_batch(lambda args: None, empty, 0, self.pool_refs)
+            _, wall_null = self._judge_batch(lambda args: None, empty, 0, like)
             own += wall_null
             wall_null *= size / len(empty)
             batches_ms += wall
@@ -215,7 +217,7 @@ class JudgeTiming:
                 break
             out, _ = self.output_of(ans, blobs, f"timed call {done + k}")
             p = batch[k]
-            ok, _, message = compare.compare(self.pool_refs[p], out, self.atol, self.rtol)
+            ok, _, message = compare.compare(self.pool_ref(p), out, self.atol, self.rtol)
             if not ok:
                 self.hack("runtime:timed_output_mismatch",
                           f"timed call {done + k} (input set {p}, chosen after its batch ran) was wrong: {message}")

@@ -632,11 +632,11 @@ class Server:
                 shutil.rmtree(spare.workdir, ignore_errors=True)
         if child is None:
             child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits, judge=True)
-        nxt = None
-        while len(self.spares) < self.prefork:
-            nxt = self.spawn_spare(key, limits, device, gpu)
-            if nxt is None:
-                break
+        # One child is forked ahead per job, at its start; the depth is
+        # reached one child at a time (below), so no two set up at once
+        # beside a job's timed calls.
+        nxt = self.spawn_spare(key, limits, device, gpu) if len(self.spares) < self.prefork else None
+        if nxt is not None:
             self.spares.append(nxt)
         source = job["candidate_source"]
         out = self.finish_child(child, next_spare=nxt, keep=lambda workdir: kernel_cache.publish(
@@ -646,6 +646,12 @@ class Server:
             # After a crash or a kill the next job gets a process forked
             # after the GPU check, not one that was set up beside the fault.
             self.drop_spares()
+        elif len(self.spares) < self.prefork:
+            # below the depth (the first jobs): one more, after this job's
+            # timed calls, ready for the job after next
+            more = self.spawn_spare(key, limits, device, gpu)
+            if more is not None:
+                self.spares.append(more)
         res["phases_ms"]["child_wall"] = out.wall_s * 1000.0
         if nxt is not None and nxt.ready_at is not None:
             # how long the next job's child took to set up, beside this job

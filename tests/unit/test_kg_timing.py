@@ -228,7 +228,8 @@ def timed_run(wall_ms, event_ms, ref_ms, calls=8, warmup=1, clean_ref_ms=None, o
     ev.pool_seeds = [101 + i for i in range(sets)]
     ev.pool_n = sets
     with torch.no_grad():
-        ev.pool_refs = [ev.ref_model(*loader.inputs_from(task, s, ev.device)) for s in ev.pool_seeds]
+        ev.pool_refs = {p: ev.ref_model(*loader.inputs_from(task, s, ev.device)) for p, s in enumerate(ev.pool_seeds)}
+    ev.ref_outs = {"train": [ev.pool_refs[0]]}
     ev.out_bytes = timing.output_bytes(ev.pool_refs[0])
     ev.atol = ev.rtol = 1e-4
     log = []
