@@ -47,6 +47,7 @@ import resource
 import secrets
 import select
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -175,6 +176,52 @@ def _estimate_pss(pids):
     rss_sample = sum(r for r, _ in sample)
     ratio = pss / rss_sample if rss_sample else 1.0
     return pss + ratio * sum(r for r, _ in rest)
+
+
+def held_memory_files(pids, room=None):
+    """Bytes of memory-backed files (memfds, files under /dev/shm) that
+    pids hold open and none of them maps. A mapped one is in the resident
+    size of every process that touched it; an unmapped one is in no
+    process's, yet holds its pages until the last descriptor closes: a job
+    could hoard memory past its limit that way. Files the watchdog cannot
+    inspect (a /proc it may not read) count 0. When all the files held
+    together fit in room, that sum is returned without reading the
+    processes' maps (tens of ms for a torch process): it is an upper bound,
+    and below room it decides nothing."""
+    files = {}
+    for pid in pids:
+        fddir = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(fddir)
+        except OSError:
+            continue
+        for name in names:
+            path = f"{fddir}/{name}"
+            try:
+                target = os.readlink(path)
+                if not (target.startswith("/memfd:") or target.startswith("/dev/shm/")):
+                    continue
+                st = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                files[(f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino)] = st.st_blocks * 512
+    if not files:
+        return 0
+    if room is not None and sum(files.values()) <= room:
+        return sum(files.values())
+    inodes = {ino for _, ino in files}
+    mapped = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as f:
+                for line in f:
+                    fields = line.split(None, 5)
+                    if len(fields) >= 5 and fields[4].isdigit() and int(fields[4]) in inodes:
+                        mapped.add((fields[3].decode(), int(fields[4])))
+        except OSError:
+            continue
+    return sum(size for key, size in files.items() if key not in mapped)
 
 
 def descendants(root_pid=None, skip=None):
@@ -590,12 +637,15 @@ def _supervise(pid, rfd, nonce, limits, workdir, t0, gate=None):
                 out.detail = (f"killed: {len(pids)} processes in the sandbox, over the limit of "
                               f"{limits.max_procs} (fork bomb?)")
                 break
-            if rss > limits.memory_bytes and len(pids) > 1:
+            held = held_memory_files(pids, room=limits.memory_bytes - rss)
+            if rss + held > limits.memory_bytes and len(pids) > 1:
                 rss = _estimate_pss(pids)
-            if rss > limits.memory_bytes:
+            if rss + held > limits.memory_bytes:
                 out.kind = "limit"
-                out.detail = (f"killed: resident memory {rss / (1 << 30):.1f} GB over the limit of "
-                              f"{limits.memory_bytes / (1 << 30):.1f} GB")
+                out.detail = (f"killed: resident memory {(rss + held) / (1 << 30):.2f} GB over the limit of "
+                              f"{limits.memory_bytes / (1 << 30):.2f} GB")
+                if held:
+                    out.detail += f" ({held / (1 << 30):.2f} GB of it in memory files no process maps)"
                 break
             next_scan = time.monotonic() + SCAN_INTERVAL_S
     out.wall_s = time.monotonic() - t0

@@ -68,6 +68,8 @@ def verdict(res):
 
 
 def expectation_met(m, res):
+    if m.get("expect-error") and m["expect-error"] not in (res.get("error") or ""):
+        return False
     if m.get("expect-status-cpu"):
         return res["status"] == m["expect-status-cpu"] and not res["timing_available"] and res["speedup"] is None
     if m.get("expect"):
