@@ -10,7 +10,7 @@ over a pair of pipes (env.harness.wire):
            seed its Triton cache with the kernels an earlier run of the
            same source compiled (blobs), then build ModelNew (while the
            judge computes its references)
-  forward  {input_seed, mode, seed, hold, defer, buffer, swallow}
+  forward  {input_seed, mode, seed, defer, buffer, swallow}
            draw the inputs from the task with the judge's seed (chosen by
            the judge from os.urandom for this job), run one forward,
            return the output as bytes; with defer (the correctness
@@ -65,7 +65,6 @@ class Runner:
         self.modules_at_fork = set(sys.modules)
         self.device_type = device_type
         self.device = torch.device("cpu")
-        self.held = []
         self.deferred = []
         self.bufs = [None, None]
         self.timed = {}
@@ -220,11 +219,6 @@ class Runner:
             return {"deferred": len(self.deferred) - 1, "launches": self.counter.candidate - before,
                     "launches_all": self.counter.total - total_before,
                     "kernels": dict(self.counter.per_kernel), "patched": self.patched()}
-        if req.get("hold"):
-            # Every trial's inputs and output stay alive, so no two trials
-            # share an address (a cache keyed on the input pointer cannot
-            # answer from a past trial).
-            self.held.append((args, out))
         if req.get("keep"):
             from env.harness import compare
 

@@ -206,10 +206,9 @@ def held_memory_files(pids, room=None):
                 continue
             if stat.S_ISREG(st.st_mode):
                 files[(f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino)] = st.st_blocks * 512
-    if not files:
-        return 0
-    if room is not None and sum(files.values()) <= room:
-        return sum(files.values())
+    total = sum(files.values())
+    if total == 0 or (room is not None and total <= room):
+        return total
     inodes = {ino for _, ino in files}
     mapped = set()
     for pid in pids:

@@ -546,13 +546,18 @@ class Server:
         return res
 
     def spawn_spare(self, key, limits, device, gpu):
-        """Forks the next job's child now, so that its sandbox and CUDA
-        context are ready when that job arrives (DK_KG_PREFORK=1)."""
+        """Forks a later job's child now, while fewer than DK_KG_PREFORK
+        are waiting, so that its sandbox and CUDA contexts are ready when
+        that job arrives; it joins self.spares. Returns it, or None."""
+        if len(self.spares) >= self.prefork:
+            return None
         workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
         env = self.child_env(workdir, device, gpu)
         try:
-            return sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir, env, [], key,
-                                       candidate=self.candidate_spec(env, device))
+            child = sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir, env, [], key,
+                                        candidate=self.candidate_spec(env, device))
+            self.spares.append(child)
+            return child
         except OSError as e:
             shutil.rmtree(workdir, ignore_errors=True)
             log(f"cannot fork a child ahead ({e}); jobs start their own")
@@ -635,9 +640,7 @@ class Server:
         # One child is forked ahead per job, at its start; the depth is
         # reached one child at a time (below), so no two set up at once
         # beside a job's timed calls.
-        nxt = self.spawn_spare(key, limits, device, gpu) if len(self.spares) < self.prefork else None
-        if nxt is not None:
-            self.spares.append(nxt)
+        nxt = self.spawn_spare(key, limits, device, gpu)
         source = job["candidate_source"]
         out = self.finish_child(child, next_spare=nxt, keep=lambda workdir: kernel_cache.publish(
             self.kernel_store, source, os.path.join(workdir, kernel_cache.HARVEST_DIR)))
@@ -646,12 +649,10 @@ class Server:
             # After a crash or a kill the next job gets a process forked
             # after the GPU check, not one that was set up beside the fault.
             self.drop_spares()
-        elif len(self.spares) < self.prefork:
+        else:
             # below the depth (the first jobs): one more, after this job's
             # timed calls, ready for the job after next
-            more = self.spawn_spare(key, limits, device, gpu)
-            if more is not None:
-                self.spares.append(more)
+            self.spawn_spare(key, limits, device, gpu)
         res["phases_ms"]["child_wall"] = out.wall_s * 1000.0
         if nxt is not None and nxt.ready_at is not None:
             # how long the next job's child took to set up, beside this job
