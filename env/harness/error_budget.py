@@ -9,8 +9,9 @@ in float64 (a copy of the model and of its floating inputs cast) and asks
 whether the candidate is about as close to that as the reference is.
 
 The rule, per output element i, with e_ref = |ref - ref64| (the reference's
-own error), e_c = |cand - ref64| and s = max(e_ref_i, E) where E is the RMS
-of e_ref over the whole output tensor:
+own error), e_c = |cand - ref64| and s = max(e_ref_i, E_i) where E_i is the
+RMS of e_ref over the whole output tensor, lowered where the elements of
+i's size err far less than that (class_scale):
 
     (a) |cand_i - ref_i| <= atol + rtol |ref_i|               (the task's rule)
     (b) e_c_i <= K s + atol + rtol |ref64_i|                  (the fp64 budget)
@@ -207,10 +208,82 @@ def _leaf_scale(r, ref64):
     e_ref = (r - r64).abs()
     finite = torch.isfinite(e_ref)
     e_fin = torch.where(finite, e_ref, torch.zeros_like(e_ref))
-    rms = torch.sqrt((e_fin * e_fin).sum() / finite.sum().clamp(min=1))
-    if math.isfinite(floor):
-        rms = torch.clamp(rms, min=floor)
-    return torch.maximum(e_fin, rms), rms, r64
+    e_rms = torch.sqrt((e_fin * e_fin).sum() / finite.sum().clamp(min=1))
+    rms = torch.clamp(e_rms, min=floor) if math.isfinite(floor) else e_rms
+    return torch.maximum(e_fin, class_scale(e_fin, r64, rms, e_rms)), rms, r64
+
+
+# The magnitude classes of class_scale: decades of |ref64|, each pooled
+# with its two neighbours (and more above it while thin: _class_windows); a
+# class speaks only with BIN_MIN elements in its window.
+DECADES = 45
+BIN_MIN = 32
+BIN_RATIO = 2.0
+
+
+def _class_windows(cls, w, v, n_cls):
+    """Per magnitude class b: the count (sum of the weights w) and the
+    largest v over b's window, the classes from b - 1 up to b + 1, and on
+    up while fewer than BIN_MIN elements are in it (a thin class of small
+    values borrows from the larger ones above, never from smaller ones).
+    Vectorised over an n_cls x n_cls mask: no wait for the device."""
+    dev = w.device
+    z = torch.zeros(n_cls, dtype=torch.float64, device=dev)
+    cnt = z.clone().scatter_add_(0, cls, w)
+    top = z.scatter_reduce_(0, cls, v, reduce="amax")
+    b = torch.arange(n_cls, device=dev).unsqueeze(1)
+    c = torch.arange(n_cls, device=dev).unsqueeze(0)
+    start = (b - 1).clamp(min=0)
+    cum = torch.cat([torch.zeros(1, dtype=torch.float64, device=dev), torch.cumsum(cnt, 0)])
+    before_c = cum[c] - cum[start]  # the window's count before class c
+    inside = (c >= start) & ((c <= b + 1) | (before_c < BIN_MIN))
+    n_b = (cnt.unsqueeze(0) * inside).sum(1)
+    max_b = torch.where(inside, top.unsqueeze(0), torch.zeros_like(before_c)).amax(1)
+    return n_b, max_b
+
+
+def class_scale(e_fin, r64, scale, e_rms):
+    """The budget's scale per element: the tensor-wide scale E (`scale`,
+    the RMS e_rms of e_ref or the fp32 floor) lowered for an element whose
+    magnitude class errs far less than the tensor:
+
+        S_b = E min(1, BIN_RATIO max_b / e_rms)
+
+    where max_b is the largest error of the reference among the elements
+    whose |ref64| lies within a decade of this one's. Zeros, non-finite
+    values and classes of fewer than BIN_MIN elements keep E.
+
+    Why. E is one number per tensor. Where the reference's errors scale
+    with the value (exp, anything with a relative error), E is set by the
+    largest elements, and an output spanning 1e-7 to 1e6 would let a
+    candidate zero every element below 0.1 (tests/unit/test_kg_error_budget.py);
+    the class caps that allowance at BIN_RATIO K times the worst error the
+    reference itself makes at elements of that size. Where the errors do
+    not depend on the value (sums and products of comparable terms: a
+    GEMM's errors are as large at its near-zero outputs as at its large
+    ones), every class of BIN_MIN or more elements holds an error above
+    e_rms / BIN_RATIO (the largest of 32 draws falls below half their RMS
+    with probability about 1e-13) and S_b = E: the rule is unchanged. The
+    largest error, not the class's RMS, is the statistic: a class of small
+    outputs can hold a few elements that are small by cancellation among
+    large terms (a row of large values in an output whose rows differ by
+    decades), whose errors are the large rows' size; the RMS of a class
+    where they are few would fall below them and reject an honest kernel
+    that errs at another such element than the reference does. The floor
+    (fp64_magnitude_floor) is scaled with E: it stands for the errors that
+    sums of this tensor's size carry, and a class that errs far below the
+    tensor's errors carries far smaller ones. All on the device, without a
+    wait."""
+    a = r64.abs()
+    cls, placed = _classes(a)
+    cls = cls.reshape(-1)
+    n_cls = 2 * DECADES + 1
+    w = placed.reshape(-1).to(torch.float64)
+    e = e_fin.reshape(-1) * w
+    n_b, max_b = _class_windows(cls, w, e, n_cls)
+    share = torch.clamp(BIN_RATIO * max_b / torch.where(e_rms > 0, e_rms, torch.ones_like(e_rms)), max=1.0)
+    share = torch.where((n_b >= BIN_MIN) & (e_rms > 0), share, torch.ones_like(share))
+    return scale * torch.where(placed, share[cls].reshape(a.shape), torch.ones_like(a))
 
 
 def judge_leaf(ref, out, ref64, atol, rtol, k=K):
@@ -323,6 +396,63 @@ def judge(ref, out, ref64, atol, rtol, k=K):
             verdict["message"] = verdict["message"] or text
     verdict.update(ok=rule != "none", rule=rule, ratio=ratio, max_abs_diff=worst)
     return verdict
+
+
+# ---- the allowance of the calls after the trials -----------------------------
+
+def _classes(a):
+    """The magnitude class (class_scale's decades, shifted to start at 0) of
+    every element of a float64 tensor of absolute values, and where one is
+    placed (finite, non-zero)."""
+    placed = torch.isfinite(a) & (a > 0)
+    safe = torch.where(placed, a, torch.ones_like(a))
+    return (torch.floor(torch.log10(safe)).clamp(-DECADES, DECADES) + DECADES).to(torch.long), placed
+
+
+def sequence_table(ref, ref64):
+    """For one floating output leaf of a trial: the largest budget scale s
+    (leaf_scale) per magnitude class of |ref64| over its window
+    (_class_windows), and in a last entry the largest over the whole
+    leaf, which stands for classes of fewer than BIN_MIN elements, zeros
+    and values the trials did not reach. A float64 tensor of
+    2 DECADES + 2 entries on ref's device."""
+    r = ref.detach().to(torch.float64)
+    s, _, r64 = _leaf_scale(r, ref64)
+    cls, placed = _classes(r64.abs())
+    n_cls = 2 * DECADES + 1
+    cls, w = cls.reshape(-1), placed.reshape(-1).to(torch.float64)
+    n_b, max_b = _class_windows(cls, w, s.reshape(-1) * w, n_cls)
+    whole = s.max()
+    table = torch.where(n_b >= BIN_MIN, max_b, whole.expand_as(max_b))
+    return torch.cat([table, whole.reshape(1)])
+
+
+def merge_tables(a, b):
+    """The tables of two trials as one (the larger entry of each)."""
+    return b if a is None else torch.maximum(a, b.to(a.device))
+
+
+def sequence_allowance(ref, tables, atol, k=K):
+    """The atol of every leaf of ref (a later call's reference output) for
+    the checks after the trials: atol + 2 (K + 1) T[class of |ref|] per
+    element, where T is the leaf's sequence_table merged over the trials
+    (or atol where it has none). A candidate accepted by the budget is off
+    the reference by up to (K + 1) times the reference's own error at an
+    element of like size; the factor 2 is for input sets whose errors run
+    larger than the trials'. Per class rather than one widening for the
+    whole leaf, for the reason of class_scale: the calls the judge checks
+    after the trials must not let the small elements of an output that
+    spans many decades go wrong by the large ones' error."""
+    out = []
+    for leaf, table in zip(compare.leaves(ref), tables):
+        if table is None or not isinstance(leaf, torch.Tensor) or not leaf.is_floating_point():
+            out.append(atol)
+            continue
+        cls, placed = _classes(leaf.detach().to(torch.float64).abs())
+        t = table.to(leaf.device)
+        scale = torch.where(placed, t[:-1][cls], t[-1])
+        out.append(atol + 2 * (k + 1) * scale)
+    return out
 
 
 # ---- what a mismatch looks like -------------------------------------------------

@@ -656,18 +656,38 @@ class Evaluation(JudgeTiming):
         """A candidate accepted by the fp64 budget is off the reference by up
         to (K + 1) times the reference's own error plus the tolerance; the
         later checks of the sequence (timed calls, the no-effect probe)
-        compare with the task's atol/rtol, so atol grows by that much, with a
-        factor 2 for input sets whose error runs larger than the trials'."""
-        scale = 0.0
+        compare with the task's atol/rtol, so atol grows by that much per
+        magnitude class (error_budget.sequence_allowance), with a factor 2
+        for input sets whose error runs larger than the trials'."""
+        tables = None
         for t, ref64 in enumerate(self.ref64):
             if ref64 is None:
                 continue
+            leaf_tables = []
             for r, r64 in zip(compare.leaves(self.ref_outs["eval"][t]), compare.leaves(ref64)):
-                if isinstance(r, torch.Tensor) and r.is_floating_point() and r.numel():
-                    s, _, _ = error_budget.leaf_scale(r, r64)
-                    scale = max(scale, float(s.max()))
-        self.atol = self.atol + 2 * (self.budget_k + 1) * scale
-        self.res["tolerance"]["sequence_atol"] = self.atol
+                if (isinstance(r, torch.Tensor) and r.is_floating_point() and r.numel()
+                        and isinstance(r64, torch.Tensor) and tuple(r64.shape) == tuple(r.shape)):
+                    leaf_tables.append(error_budget.sequence_table(r, r64))
+                else:
+                    leaf_tables.append(None)
+            if tables is None:
+                tables = leaf_tables
+            elif len(tables) == len(leaf_tables):
+                tables = [None if x is None or y is None else error_budget.merge_tables(x, y)
+                          for x, y in zip(tables, leaf_tables)]
+        if tables is None:
+            return
+        self.seq_tables = tables
+        widest = max([float(x.max()) for x in tables if x is not None], default=0.0)
+        self.res["tolerance"]["sequence_atol"] = self.atol + 2 * (self.budget_k + 1) * widest
+
+    def seq_atol(self, ref):
+        """The atol for a check of the sequence against the reference output
+        ref: the task's, or per element where the trials needed the budget."""
+        tables = getattr(self, "seq_tables", None)
+        if tables is None:
+            return self.atol
+        return error_budget.sequence_allowance(ref, tables, self.atol, self.budget_k)
 
     def _no_effect(self):
         """With the candidate's Triton launches swallowed, its output must
@@ -688,7 +708,7 @@ class Evaluation(JudgeTiming):
             return  # failing without its kernels is what an honest candidate does
         try:
             out = _to_device(wire.decode_value(ans["out"], blobs), self.device)
-            ok, _, _ = compare.compare(self.ne_ref, out, self.atol, self.rtol)
+            ok, _, _ = compare.compare(self.ne_ref, out, self.seq_atol(self.ne_ref), self.rtol)
         except Exception:
             ok = False
         if ok:
@@ -712,7 +732,8 @@ class Evaluation(JudgeTiming):
                 p = i % n
                 where = f"in call {i} of the sequence"
                 out, notes, ans = self._forward(self.pool_seeds[p], "train", where, buffer=i % 2, keep=True)
-                ok, _, message = compare.compare(self.pool_ref(p), out, self.atol, self.rtol)
+                ref = self.pool_ref(p)
+                ok, _, message = compare.compare(ref, out, self.seq_atol(ref), self.rtol)
                 if not ok:
                     self.hack("runtime:timed_output_mismatch",
                               f"call {i} of the timed sequence (input set {p}) was wrong after correct trials: {message}")

@@ -193,6 +193,86 @@ def test_realistic():
         check(not v["ok"], f"cancellation {name} accepted at ratio {v['ratio']}")
 
 
+def flat_scale(run):
+    """run() with the budget's scale one number per tensor (the rule before
+    magnitude classes), to show what the classes change."""
+    saved = eb.class_scale
+    eb.class_scale = lambda e_fin, r64, scale, e_rms: scale * torch.ones_like(r64)
+    try:
+        return run()
+    finally:
+        eb.class_scale = saved
+
+
+def chunked_mm(x, w, chunk):
+    """x @ w.T in float32, summed over K chunk by chunk: another order."""
+    out = torch.zeros(x.shape[0], w.shape[0])
+    for k in range(0, x.shape[1], chunk):
+        out = out + x[:, k:k + chunk] @ w[:, k:k + chunk].T
+    return out
+
+
+def test_magnitude_classes():
+    # exp(8 linear(x)): outputs from about 1e-7 to 1e6, relative errors. One
+    # scale for the tensor is the large elements' (about 0.04 here, the fp32
+    # floor), so zeroing every output below 0.1 passed; the classes lower
+    # the scale of the small elements to twice the worst error the
+    # reference makes among them.
+    exec_ns = {}
+    exec(corpus.task_source("exp_linear"), exec_ns)
+    torch.manual_seed(5)
+    model = exec_ns["Model"](*exec_ns["get_init_inputs"]())
+    x = exec_ns["get_inputs"]()
+    with torch.no_grad():
+        ref = model(*x)
+    m64 = eb.fp64_model(model, torch.device("cpu"))
+    ref64 = eb.fp64_forward(m64, x, 0, torch.device("cpu"), torch.device("cpu"))
+    eb.fp64_magnitude_floor(m64, ref64, x, 0, torch.device("cpu"))
+    lin = model.linear
+    with torch.no_grad():
+        other = torch.exp(8.0 * (chunked_mm(x[0], lin.weight, 16) + lin.bias))
+    dropped = torch.where(ref < 0.1, torch.zeros_like(ref), ref)
+    v_honest = eb.judge(ref, other, ref64, 1e-4, 1e-4)
+    v_drop = eb.judge(ref, dropped, ref64, 1e-4, 1e-4)
+    v_flat = flat_scale(lambda: eb.judge(ref, dropped, ref64, 1e-4, 1e-4))
+    print(f"  exp(8 linear), outputs {float(ref.min()):.2g} to {float(ref.max()):.2g}: another order ratio "
+          f"{v_honest['ratio']:.3g}; below 0.1 zeroed: ratio {v_drop['ratio']:.3g} "
+          f"(one scale per tensor: {v_flat['ratio']:.3g}, {v_flat['rule']})")
+    check(v_honest["ok"], f"exp: another summation order rejected: {v_honest['ratio']}")
+    check(not v_drop["ok"] and v_drop["ratio"] > 100, f"exp: small outputs zeroed accepted: {v_drop['ratio']}")
+    check(v_flat["ok"], "exp: the flat scale no longer shows the gap this test is about")
+
+    # After the trials: the allowance of later calls follows the classes.
+    table = eb.sequence_table(ref, ref64)
+    allow = eb.sequence_allowance(ref, [table], 1e-4)[0]
+    small = ref < 0.1
+    big_allow = float(allow[ref.argmax() // ref.shape[1], ref.argmax() % ref.shape[1]])
+    print(f"  exp: sequence atol below 0.1 at most {float(allow[small].max()):.3g}, at the largest output "
+          f"{big_allow:.3g}")
+    check(float(allow[small].max()) < 0.01, f"exp: sequence atol of the small outputs {float(allow[small].max())}")
+    check(abs(big_allow - (1e-4 + 2 * 9 * float(table[-1]))) <= 1e-9 * big_allow,
+          f"exp: the largest output's allowance {big_allow} is not 2 (K + 1) max s")
+    ok, _, _ = torch.no_grad()(lambda: eb.compare.compare(ref, dropped, [allow], 1e-4))()
+    check(not ok, "exp: zeroed small outputs pass the sequence's check")
+    ok, _, _ = eb.compare.compare(ref, other, [allow], 1e-4)
+    check(ok, "exp: another order fails the sequence's check")
+
+    # Outputs whose errors do not follow the value: rows scaled by 1e-4 to
+    # 1e3 times a GEMM of large terms. A small output of a large row is
+    # small by cancellation and carries the large row's error, so the
+    # classes must leave these alone: the ratio equals the flat rule's.
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        xs = torch.randn(256, 2048, generator=g) * 30 * 10.0 ** torch.randint(-4, 4, (256, 1), generator=g).float()
+        w = torch.randn(256, 2048, generator=g)
+        ref, ref64 = xs @ w.T, xs.double() @ w.double().T
+        cand = chunked_mm(xs, w, 64)
+        v = eb.judge(ref, cand, ref64, 1e-4, 1e-4)
+        v_flat = flat_scale(lambda: eb.judge(ref, cand, ref64, 1e-4, 1e-4))
+        print(f"  rows of 1e-4 to 1e3, seed {seed}: ratio {v['ratio']:.3g} (flat {v_flat['ratio']:.3g})")
+        check(v["ok"] and close(v["ratio"], v_flat["ratio"]), f"rows seed {seed}: {v['ratio']} vs {v_flat['ratio']}")
+
+
 def test_op_profile():
     # One 1024^3 matmul (2 GFLOP, milliseconds) next to a relu of 4096
     # elements (microseconds): the matmul is the time.
@@ -378,6 +458,7 @@ def main():
     test_pattern_and_report()
     test_train_eval()
     test_realistic()
+    test_magnitude_classes()
     test_op_profile()
     test_judge()
     print(f"error budget: {len(failures)} failures")
