@@ -97,7 +97,8 @@ def compare(ref, out, atol, rtol):
             worst = max(worst, d)
             a_t = a.to(device=rf.device, dtype=torch.float64) if isinstance(a, torch.Tensor) else a
             same = (of == rf) | (torch.isnan(of) & torch.isnan(rf))
-            outside = ~same & ~(diff <= a_t + rtol * rf.abs())
+            # as torch.isclose: an infinite reference is matched only by itself
+            outside = ~same & ~((diff <= a_t + rtol * rf.abs()) & torch.isfinite(rf))
             if bool(outside.any()):
                 a_text = f"{a:g}" if not isinstance(a, torch.Tensor) else f"{float(a.min()):.3g} to {float(a.max()):.3g}"
                 return False, worst, (f"{where} differs from the reference: max abs diff {d:.3g}, "
@@ -105,9 +106,13 @@ def compare(ref, out, atol, rtol):
                                       f"rtol={rtol:g}")
         elif isinstance(r, (int, float)):
             a = float(a.max()) if isinstance(a, torch.Tensor) else a
-            d = abs(float(o) - float(r))
-            worst = max(worst, d)
-            if d > a + rtol * abs(float(r)):
+            fr, fo = float(r), float(o)
+            if fr == fo or (math.isnan(fr) and math.isnan(fo)):
+                continue
+            d = abs(fo - fr)
+            worst = max(worst, d) if not math.isnan(d) else math.inf
+            # NaN compares false, and an infinite reference is matched only by itself
+            if not (math.isfinite(fr) and d <= a + rtol * abs(fr)):
                 return False, worst, f"{where} is {o}, expected {r}"
         elif r != o:
             return False, None, f"{where} is {o!r}, expected {r!r}"

@@ -305,7 +305,9 @@ def judge_leaf(ref, out, ref64, atol, rtol, k=K):
     same = (o == r) | (torch.isnan(o) & torch.isnan(r))
     diff = (o - r).abs()
     tol = atol + rtol * r.abs()
-    tol_ok = same | (diff <= tol)
+    # An infinite reference allows nothing but itself: inf <= atol + rtol inf
+    # would let any finite value through (torch.isclose treats it so too).
+    tol_ok = same | ((diff <= tol) & torch.isfinite(r))
     finite = torch.isfinite(diff)
     finite_diff = torch.where(finite, diff, torch.zeros_like(diff))
     figures = [(finite_diff / tol.clamp(min=1e-300)).max(),

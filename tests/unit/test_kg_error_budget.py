@@ -85,6 +85,18 @@ def test_rule():
     # Equal infinities differ by 0; NaN where the reference has a number is named.
     v = eb.judge(t([float("inf"), 1.0]), t([float("inf"), 1.0]), t([float("inf"), 1.0], torch.float64), 1e-4, 1e-4)
     check(v["ok"] and v["max_abs_diff"] == 0.0, f"equal infinities: {v['ok']} {v['max_abs_diff']}")
+    # An infinite reference is matched only by itself: |123 - (-inf)| <= atol + rtol inf
+    # reads inf <= inf, and must not pass, in the rule or in the sequence's compare().
+    ninf = float("-inf")
+    for r64 in (t([ninf, 1.0], torch.float64), None):
+        v = eb.judge(t([ninf, 1.0]), t([123.0, 1.0]), r64, 1e-4, 1e-4)
+        check(not v["ok"] and v["bad"].tolist() == [True, False], f"a finite value for -inf (fp64 {r64 is not None})")
+    check(not eb.compare.compare(t([ninf, 1.0]), t([123.0, 1.0]), 1e-4, 1e-4)[0], "compare: 123 for -inf")
+    check(not eb.compare.compare(t([ninf, 1.0]), t([123.0, 1.0]), [torch.full((2,), 1e-4)], 1e-4)[0],
+          "compare with a per-element atol: 123 for -inf")
+    for r, o in ((float("inf"), 5.0), (1.0, float("nan")), (float("nan"), 1.0)):
+        check(not eb.compare.compare((r,), (o,), 1e-4, 1e-4)[0], f"number leaf: {o} for {r}")
+    check(eb.compare.compare((float("nan"), 1.0), (float("nan"), 1.00001), 1e-4, 1e-4)[0], "number leaves: NaN, 1")
     v = eb.judge(t([1.0, 2.0]), t([float("nan"), 2.0]), t([1.0, 2.0], torch.float64), 1e-4, 1e-4)
     check(not v["ok"] and v["message"] == "output holds NaN where the reference does not (1 of 2 elements)",
           v["message"])
