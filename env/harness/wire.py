@@ -56,8 +56,17 @@ def _span_bytes(t):
     return t.storage_offset() * t.element_size(), (last - t.storage_offset() + 1) * t.element_size()
 
 
-def encode_value(x, blobs):
+# The deepest nesting of lists and tuples an output may have. A task's
+# output is a tensor or a short tuple; a deeper one is refused on both sides
+# (the judge's JSON reader and decode_value would otherwise recurse out of
+# the stack, which is an error of the judge's rather than the candidate's).
+MAX_NESTING = 32
+
+
+def encode_value(x, blobs, depth=0):
     """x as JSON-able data; tensor bytes are appended to blobs."""
+    if depth > MAX_NESTING:
+        raise WireError(f"an output nested deeper than {MAX_NESTING} levels cannot be returned")
     if x is None or isinstance(x, (bool, int, float, str)):
         if isinstance(x, float) and x != x:
             return {"F": "nan"}
@@ -65,7 +74,7 @@ def encode_value(x, blobs):
             return {"F": "inf" if x > 0 else "-inf"}
         return x
     if isinstance(x, (list, tuple)):
-        return [encode_value(e, blobs) for e in x]
+        return [encode_value(e, blobs, depth + 1) for e in x]
     if isinstance(x, torch.Tensor):
         kind = f"{type(x).__module__}.{type(x).__qualname__}"
         # Read through the base class, whatever the object overrides.
@@ -85,11 +94,13 @@ def encode_value(x, blobs):
     raise WireError(f"a value of type {type(x).__name__} cannot be returned")
 
 
-def decode_value(x, blobs, notes=None):
+def decode_value(x, blobs, notes=None, depth=0):
     """The value encode_value described, rebuilt in plain tensors on the CPU.
     notes (a list) collects what the sender claimed about each tensor."""
+    if depth > MAX_NESTING:
+        raise WireError(f"an output nests deeper than {MAX_NESTING} levels")
     if isinstance(x, list):
-        return [decode_value(e, blobs, notes) for e in x]
+        return [decode_value(e, blobs, notes, depth + 1) for e in x]
     if isinstance(x, dict):
         if "F" in x:
             return float(x["F"])
@@ -281,6 +292,8 @@ def recv(fd, shm=None, device=None):
         header = json.loads(_read_exact(fd, n).decode("utf-8"))
     except ValueError:
         raise WireError("a message header is not JSON")
+    except RecursionError:
+        raise WireError("a message header nests too deep to read")
     sizes = header.get("blobs") if isinstance(header, dict) else None
     if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes) \
             or sum(sizes) > MAX_TOTAL:

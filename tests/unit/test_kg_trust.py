@@ -117,6 +117,30 @@ def test_wire():
         check(False, "wire: a view reaching past the bytes sent was rebuilt")
     except wire.WireError:
         pass
+    # Nesting: refused past wire.MAX_NESTING on both sides, and a header too
+    # deep for the JSON reader is a malformed message, not the judge's crash.
+    deep = base
+    for _ in range(wire.MAX_NESTING + 2):
+        deep = [deep]
+    for what, call in (("encoded", lambda: wire.encode_value(deep, [])),
+                       ("decoded", lambda: wire.decode_value(eval("[" * 40 + "1" + "]" * 40), []))):
+        try:
+            call()
+            check(False, f"wire: an output nested {wire.MAX_NESTING + 2} deep was {what}")
+        except wire.WireError:
+            pass
+    r, w = os.pipe()
+    head = b"[" * 100000 + b"]" * 100000
+    os.write(w, wire.MAGIC + str(len(head)).rjust(12, "0").encode())
+    writer = threading.Thread(target=lambda: (os.write(w, head), os.close(w)))
+    writer.start()
+    try:
+        wire.recv(r)
+        check(False, "wire: a header nested 100000 deep was read")
+    except wire.WireError:
+        pass
+    writer.join()
+    os.close(r)
     for bad in ({"dict": 1}, object()):
         try:
             wire.encode_value(bad, [])
