@@ -132,6 +132,46 @@ void kg_server_stop(kg_server *s, double grace_s) {
     close_fds(s);
 }
 
+/* The server, its judges and the candidates forked from them see only the
+ * variables named here: the interpreter, CUDA, Triton, torch and locale
+ * settings, and the project's own DK_*. Anything else the caller had (the
+ * Redis URL with its password, a token of some other tool) is dropped
+ * before exec: a process keeps its initial environment block in memory
+ * whatever it later unsets, and candidate code runs in a fork of it. */
+static int env_kept(const char *entry) {
+    static const char *const exact[] = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "TMPDIR", "LANG",
+                                        "LANGUAGE", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH",
+                                        "CC", "CXX", "VIRTUAL_ENV", NULL};
+    static const char *const prefix[] = {"DK_", "PYTHON", "CUDA_", "NVIDIA_", "CUDNN_", "CUBLAS", "TRITON_",
+                                         "TORCH", "PYTORCH_", "OMP_", "MKL_", "OPENBLAS_", "LC_", "XDG_", NULL};
+    const char *eq = strchr(entry, '=');
+    size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+    for (int i = 0; exact[i]; i++)
+        if (strlen(exact[i]) == n && !strncmp(entry, exact[i], n)) return 1;
+    for (int i = 0; prefix[i]; i++)
+        if (!strncmp(entry, prefix[i], strlen(prefix[i]))) return 1;
+    return 0;
+}
+
+static void env_scrub(void) {
+    extern char **environ;
+    for (;;) {
+        char **e = environ;
+        while (*e && env_kept(*e)) e++;
+        if (!*e) return;
+        char name[256];
+        const char *eq = strchr(*e, '=');
+        size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (n == 0 || n >= sizeof name) { /* not a name unsetenv takes: cut it out of the array */
+            for (char **m = e; *m; m++) m[0] = m[1];
+            continue;
+        }
+        memcpy(name, *e, n);
+        name[n] = '\0';
+        unsetenv(name);
+    }
+}
+
 static void child_exec(const kg_server_config *c, int in_fd, int out_fd, pid_t parent) {
     kg_child_setup(parent, SIGKILL);
     signal(SIGPIPE, SIG_DFL);
@@ -148,6 +188,7 @@ static void child_exec(const kg_server_config *c, int in_fd, int out_fd, pid_t p
         fprintf(stderr, "kernelgym: cannot enter the source root %s: %s\n", c->source_root, strerror(errno));
         _exit(126);
     }
+    env_scrub();
     const char *old = getenv("PYTHONPATH");
     char pp[PATH_MAX * 2];
     if (old && *old)

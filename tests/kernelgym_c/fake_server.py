@@ -7,9 +7,10 @@ file's path.
 The verdict comes from comment lines in the candidate source:
     # fake-result: {"status": "ok", "speedup": 1.5, ...}   merged into the result
     # fake-action: hang | die | die-once:FILE | garbage | wrong-id | stdout | sleep:SECONDS
-Environment: FAKE_CUDA=1 reports a GPU in the ready line; FAKE_GPU_BROKEN=PATH
-makes gpu_check fail while PATH exists; FAKE_SERVER_LOG=PATH appends every
-request line it reads.
+Environment: DK_FAKE_CUDA=1 reports a GPU in the ready line; DK_FAKE_GPU_BROKEN=PATH
+makes gpu_check fail while PATH exists; DK_FAKE_SERVER_LOG=PATH appends, first,
+the names of the variables in its environment (a line "env: A B ..."), then
+every request line it reads.
 """
 
 import json
@@ -111,9 +112,12 @@ def handle(job):
 
 
 def main():
-    log = os.environ.get("FAKE_SERVER_LOG")
+    log = os.environ.get("DK_FAKE_SERVER_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write("env: " + " ".join(sorted(os.environ)) + "\n")
     send({"ready": True, "pid": os.getpid(), "torch": "fake", "triton": "fake",
-          "cuda": os.environ.get("FAKE_CUDA") == "1"})
+          "cuda": os.environ.get("DK_FAKE_CUDA") == "1"})
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -125,7 +129,7 @@ def main():
         if kind == "ping":
             send({"pong": True})
         elif kind == "gpu_check":
-            broken = os.environ.get("FAKE_GPU_BROKEN")
+            broken = os.environ.get("DK_FAKE_GPU_BROKEN")
             if broken and os.path.exists(broken):
                 send({"gpu_ok": False, "error": "fake: CUDA error: an illegal memory access was encountered"})
             else:

@@ -61,7 +61,7 @@ expect 2 "--wait: expected a number" submit --redis redis://localhost --kind ech
 expect 1 "cannot connect" submit --redis redis://127.0.0.1:1 --kind echo --wait 1
 
 # eval: exit 0 whatever the verdict; the result carries reward and feedback
-export KERNELGYM_SERVER=tests/kernelgym_c/fake_server.py FAKE_CUDA=1
+export KERNELGYM_SERVER=tests/kernelgym_c/fake_server.py DK_FAKE_CUDA=1
 check_eval() { # $1 = label, $2 = candidate, $3 = python condition on r, rest = more flags
     n=$((n + 1))
     local out rc
@@ -79,6 +79,16 @@ printf 'class ModelNew:\n    x = "\xff\xfe"\n' > "$tmp/latin.py"
 check_eval "non-UTF-8" "$tmp/latin.py" "r['status'] == 'error' and 'not valid UTF-8 (first bad byte at offset 25)' in r['error']"
 printf 'class ModelNew:\n    pass\n\0junk\n' > "$tmp/nul.py"
 check_eval "NUL byte" "$tmp/nul.py" "r['status'] == 'error' and 'NUL' in r['error'] and r['reward'] == 0"
+# The server's environment holds only the allowlisted names (env/server_proc.c):
+# not the caller's secrets, not the Redis URL with its password.
+n=$((n + 1))
+KG_TEST_SECRET=hunter2 KERNELGYM_REDIS='redis://:pw@127.0.0.1:1' DK_FAKE_SERVER_LOG=$tmp/env.log \
+    timeout 30 "$KG" eval --task "$tmp/task.py" --candidate "$tmp/cand.py" --device cuda > /dev/null 2>&1
+envline=$(grep -m1 '^env: ' "$tmp/env.log" 2>/dev/null)
+if [[ -z "$envline" || " $envline " == *" KG_TEST_SECRET "* || " $envline " == *" KERNELGYM_REDIS "* \
+      || " $envline " != *" DK_FAKE_CUDA "* || " $envline " != *" PYTHONPATH "* ]]; then
+    echo "FAIL: the server's environment: $envline"; fail=1
+fi
 KERNELGYM_SERVER=$tmp/none.py expect 1 "evaluation server died during start-up" eval --task "$tmp/task.py" --candidate "$tmp/cand.py"
 unset KERNELGYM_SERVER
 

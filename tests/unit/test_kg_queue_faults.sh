@@ -22,8 +22,8 @@ KG="${DK_BUILD:-build}/kernelgym"
 [ -x "$KG" ] || { echo "FAIL: $KG not built"; exit 1; }
 command -v redis-server > /dev/null || { echo "redis-server not installed: skipped"; exit 77; }
 tmp=$(mktemp -d)
-export KERNELGYM_SERVER=tests/kernelgym_c/fake_server.py FAKE_CUDA=1
-export FAKE_SERVER_LOG=$tmp/requests.log FAKE_GPU_BROKEN=$tmp/gpu_broken
+export KERNELGYM_SERVER=tests/kernelgym_c/fake_server.py DK_FAKE_CUDA=1
+export DK_FAKE_SERVER_LOG=$tmp/requests.log DK_FAKE_GPU_BROKEN=$tmp/gpu_broken
 serve_pid=
 cleanup() { [ -n "$serve_pid" ] && kill "$serve_pid" 2> /dev/null; wait 2> /dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT

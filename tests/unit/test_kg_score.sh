@@ -19,7 +19,7 @@ KG="${DK_BUILD:-build}/kernelgym"
 PY="${DK_PYTHON:-python3}"
 [ -x "$PY" ] || PY=python3
 [ -x "$KG" ] || { echo "FAIL: $KG not built"; exit 1; }
-export KERNELGYM_SERVER=tests/kernelgym_c/fake_server.py FAKE_CUDA=1
+export KERNELGYM_SERVER=tests/kernelgym_c/fake_server.py DK_FAKE_CUDA=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 D=tests/kernelgym_c/score
