@@ -96,19 +96,24 @@ def compare(ref, out, atol, rtol):
             d = float(torch.nan_to_num(diff, nan=0.0, posinf=math.inf).max())
             worst = max(worst, d)
             a_t = a.to(device=rf.device, dtype=torch.float64) if isinstance(a, torch.Tensor) else a
+            r_t = rtol
+            if not r.is_floating_point():  # integer and bool outputs must be exact
+                a, a_t, r_t = 0.0, 0.0, 0.0
             same = (of == rf) | (torch.isnan(of) & torch.isnan(rf))
             # as torch.isclose: an infinite reference is matched only by itself
-            outside = ~same & ~((diff <= a_t + rtol * rf.abs()) & torch.isfinite(rf))
+            outside = ~same & ~((diff <= a_t + r_t * rf.abs()) & torch.isfinite(rf))
             if bool(outside.any()):
                 a_text = f"{a:g}" if not isinstance(a, torch.Tensor) else f"{float(a.min()):.3g} to {float(a.max()):.3g}"
                 return False, worst, (f"{where} differs from the reference: max abs diff {d:.3g}, "
                                       f"{int(outside.sum())} of {r.numel()} elements outside atol={a_text} "
-                                      f"rtol={rtol:g}")
+                                      f"rtol={r_t:g}")
         elif isinstance(r, (int, float)):
             a = float(a.max()) if isinstance(a, torch.Tensor) else a
             fr, fo = float(r), float(o)
             if fr == fo or (math.isnan(fr) and math.isnan(fo)):
                 continue
+            if isinstance(r, int):  # a count or an index: exact
+                return False, abs(fo - fr), f"{where} is {o}, expected {r}"
             d = abs(fo - fr)
             worst = max(worst, d) if not math.isnan(d) else math.inf
             # NaN compares false, and an infinite reference is matched only by itself

@@ -313,7 +313,7 @@ def judge_leaf(ref, out, ref64, atol, rtol, k=K):
     figures = [(finite_diff / tol.clamp(min=1e-300)).max(),
                (~finite & ~same).any(),
                (finite_diff / r.abs().clamp(min=1e-30)).max(),
-               torch.nan_to_num(torch.where(same, torch.zeros_like(diff), diff), nan=math.inf).max(),
+               torch.nan_to_num(torch.where(same, torch.zeros_like(diff), diff), nan=math.inf, posinf=math.inf).max(),
                tol_ok.all()]
     if ref64 is None:
         bad = ~tol_ok
@@ -326,7 +326,7 @@ def judge_leaf(ref, out, ref64, atol, rtol, k=K):
         bad = ~(tol_ok | bud_ok)
         ratio = torch.where(both_finite, e_c / allow, torch.where(same, torch.zeros_like(e_c),
                                                                    torch.full_like(e_c, math.inf)))
-        figures += [torch.nan_to_num(ratio, nan=math.inf).max(), rms]
+        figures += [torch.nan_to_num(ratio, nan=math.inf, posinf=math.inf).max(), rms]
     figures.append(bad.any())
     values = torch.stack([f.to(torch.float64) for f in figures]).tolist()
     tol_ratio, non_finite, max_rel, max_abs, tol_all = values[:5]
@@ -374,7 +374,10 @@ def judge(ref, out, ref64, atol, rtol, k=K):
             continue
         if not r.is_floating_point() or (r64 is not None and tuple(r64.shape) != tuple(r.shape)):
             r64 = None
-        leaf = judge_leaf(r, o, r64, atol, rtol, k)
+        # Integer and bool outputs (indices, counts, masks) must be exact: a
+        # relative tolerance would let an index near 1e4 be off by one.
+        a_leaf, r_leaf = (atol, rtol) if r.is_floating_point() else (0.0, 0.0)
+        leaf = judge_leaf(r, o, r64, a_leaf, r_leaf, k)
         # Equal values (equal infinities, NaN where the reference has NaN) differ by 0.
         worst = max(worst, leaf["max_abs_diff"])
         if leaf["ratio"] is not None:
@@ -386,11 +389,18 @@ def judge(ref, out, ref64, atol, rtol, k=K):
             diff = torch.where((od == rd) | (torch.isnan(od) & torch.isnan(rd)), torch.zeros_like(rd), (od - rd).abs())
             n_bad = int(leaf["bad"].sum())
             n_nan = int((torch.isnan(o) & ~torch.isnan(r)).sum()) if o.is_floating_point() else 0
+            n_inf = int((torch.isinf(r) & (o != r)).sum()) if r.is_floating_point() else 0
             if n_nan:
                 text = f"{where} holds NaN where the reference does not ({n_nan} of {r.numel()} elements)"
+            elif n_inf:
+                text = (f"{where} differs from the reference where it is infinite ({n_inf} of {r.numel()} "
+                        f"elements; {n_bad} wrong in all)")
             else:
                 text = (f"{where} differs from the reference: max abs diff {float(diff.max()):.3g}, "
-                        f"{n_bad} of {r.numel()} elements outside atol={atol:g} rtol={rtol:g}")
+                        f"{n_bad} of {r.numel()} elements outside atol={a_leaf:g} rtol={r_leaf:g}")
+                if not r.is_floating_point():
+                    text = (f"{where} ({r.dtype}) differs from the reference in {n_bad} of {r.numel()} elements "
+                            f"(max abs diff {float(diff.max()):.3g}); integer and bool outputs must be exact")
                 if leaf["ratio"] is not None:
                     text += f" and outside the fp64 error budget (error ratio {leaf['ratio']:.3g}, K={k:g})"
             verdict.update(leaf=i, bad=leaf["bad"], tol_ratio=leaf["tol_ratio"], max_rel=leaf["max_rel"],
@@ -530,7 +540,7 @@ def mismatch_report(ref, out, ref64, verdict, atol, rtol, k=K, where=None):
     shape = tuple(r.shape)
     rf = r.detach().reshape(-1).to(torch.float64)
     of = o.detach().reshape(-1).to(device=rf.device, dtype=torch.float64)
-    diff = torch.nan_to_num((of - rf).abs(), nan=math.inf)
+    diff = torch.nan_to_num((of - rf).abs(), nan=math.inf, posinf=math.inf)
     m = {
         "output": i,
         "first_index": _unravel(first, shape),
@@ -580,7 +590,7 @@ def train_eval_divergence(out_eval, out_train, ref_eval, ref_train, ref64, atol,
         else:
             allow = atol + rtol * r_e.detach().to(torch.float64).abs()
         ref_d = (r_t.detach().to(torch.float64) - r_e.detach().to(torch.float64)).abs()
-        if bool((torch.nan_to_num(ref_d, nan=math.inf) > allow).any()):
+        if bool((torch.nan_to_num(ref_d, nan=math.inf, posinf=math.inf) > allow).any()):
             continue  # the reference itself depends on the mode
         d = (ot.detach().to(torch.float64) - oe.detach().to(device=ot.device, dtype=torch.float64)).abs()
         same = (ot == oe) | (torch.isnan(ot) & torch.isnan(oe)) if ot.is_floating_point() else (ot == oe)
@@ -588,7 +598,7 @@ def train_eval_divergence(out_eval, out_train, ref_eval, ref_train, ref64, atol,
         if bool(over.any()):
             n = int(over.sum())
             first = int(torch.nonzero(over.reshape(-1))[0])
-            dmax = float(torch.nan_to_num(d, nan=math.inf).max())
+            dmax = float(torch.nan_to_num(d, nan=math.inf, posinf=math.inf).max())
             where = f"output {i} " if len(le) > 1 else ""
             return (f"{where}differs between train() and eval() mode on the same inputs in {n} of "
                     f"{r_e.numel()} elements (first at index {_unravel(first, tuple(r_e.shape))}, "

@@ -100,6 +100,14 @@ def test_rule():
     v = eb.judge(t([1.0, 2.0]), t([float("nan"), 2.0]), t([1.0, 2.0], torch.float64), 1e-4, 1e-4)
     check(not v["ok"] and v["message"] == "output holds NaN where the reference does not (1 of 2 elements)",
           v["message"])
+    # Integer outputs are exact: an index near 2e4 off by one is within
+    # atol + rtol |r| = 2.0001 but wrong.
+    idx = torch.arange(20000, 20008)
+    v = eb.judge(idx, idx ^ 1, None, 1e-4, 1e-4)
+    check(not v["ok"] and "must be exact" in v["message"], f"integer off by one: {v['message']}")
+    check(eb.judge(idx, idx.clone(), None, 1e-4, 1e-4)["ok"], "equal integers rejected")
+    check(not eb.compare.compare(idx, idx ^ 1, 1e-4, 1e-4)[0], "compare: integer off by one")
+    check(not eb.compare.compare((20000,), (20001,), 1e-4, 1e-4)[0], "compare: int number leaf off by one")
     # Structure: a wrong shape or a wrong number leaf is never in budget.
     v = eb.judge(t([1.0, 2.0]), t([1.0, 2.0, 3.0]), t([1.0, 2.0], torch.float64), 1e-4, 1e-4)
     check(not v["ok"] and "has shape (3,), expected (2,)" in v["message"], v["message"])
