@@ -41,6 +41,7 @@ exceeds the limit. After every job all descendants are killed and reaped.
 
 import ctypes
 import faulthandler
+import functools
 import json
 import os
 import resource
@@ -229,7 +230,7 @@ def descendants(root_pid=None, skip=None):
     proportional set sizes (slower to read) only when the first is large
     enough to matter: see memory_of()."""
     root_pid = os.getpid() if root_pid is None else root_pid
-    skip = (_retired | _spares) if skip is None else skip
+    skip = (_retired | _spares | _kept) if skip is None else skip | _kept
     table = _proc_table()
     children = {}
     for pid, (ppid, _) in table.items():
@@ -263,6 +264,26 @@ _retired = set()
 # only harness code until their job is sent, so the job in progress neither
 # counts them nor kills them with its leftovers.
 _spares = set()
+# Processes of the server's own that are no job's: the fork server
+# (env/harness/forker.py). No watchdog counts them and no job's end kills them.
+_kept = set()
+
+
+def keep_out_of_jobs(pid):
+    _kept.add(pid)
+
+
+def leave_server(keep_fd):
+    """The fork server's first steps: killed with the server, no descriptor
+    of the server's but keep_fd and stderr (never the worker's pipes: the
+    server's death must close them), default signal handlers."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    devnull = os.open("/dev/null", os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    _close_fds({keep_fd, 2})
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _prune_retired():
@@ -382,13 +403,17 @@ def wait_gate(timeout_s=GATE_TIMEOUT_S):
         os.close(fd)
 
 
-def _fork(limits, workdir, env, writable_dirs, body, ahead, candidate=None):
+def fork_child(limits, workdir, env, writable_dirs, body, ahead, candidate=None, reparented=False):
     """Forks a sandboxed child that runs body(isolation, job_fd, ready_fd)
     and reports the dict it returns. Only an ahead child gets the job and
     ready pipes (None otherwise): it signals on the second once set up, then
     reads its job from the first. With candidate (a CandidateSpec) the child
     is a judge: before it enters its own sandbox, while it holds nothing of
-    its job, it forks the candidate's process (candidate_sandbox.fork_candidate)."""
+    its job, it forks the candidate's process (candidate_sandbox.fork_candidate).
+    reparented: the caller is the fork server's intermediate process, which
+    exits once it has passed the child on (env/harness/forker.py); the child
+    first waits for that, so that it is the server's before it asks to die
+    with its parent."""
     _prune_retired()
     rfd, wfd = os.pipe()
     gr, gw = os.pipe()
@@ -400,11 +425,14 @@ def _fork(limits, workdir, env, writable_dirs, body, ahead, candidate=None):
     sys.stdout.flush()
     sys.stderr.flush()
     t0 = time.monotonic()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child never returns from here
         global _gate_fd, _candidate
         code = 0
         try:
+            if reparented:
+                _wait_reparented(parent)
             for fd in (rfd, gw, jw, rr):
                 if fd is not None:
                     os.close(fd)
@@ -436,6 +464,19 @@ def _fork(limits, workdir, env, writable_dirs, body, ahead, candidate=None):
     return child
 
 
+REPARENT_TIMEOUT_S = 10.0
+
+
+def _wait_reparented(parent):
+    """Until this process's parent is no longer `parent` (it exited and the
+    kernel gave us to the nearest subreaper, the server)."""
+    deadline = time.monotonic() + REPARENT_TIMEOUT_S
+    while os.getppid() == parent:
+        if time.monotonic() > deadline:
+            raise OSError("the fork server's intermediate process did not exit")
+        time.sleep(0.0005)
+
+
 def _target_body(target):
     def body(isolation, job_fd, ready_fd):
         return target(isolation)
@@ -451,28 +492,35 @@ def _read_all(fd):
         chunks.append(chunk)
 
 
-def spawn_ahead(prepare, runner, limits, workdir, env, writable_dirs, key=None, candidate=None):
+def _ahead_body(prepare, runner, isolation, job_fd, ready_fd):
+    try:
+        prepare(isolation)
+    except Exception:  # the job meets the same failure and reports it in its own words
+        pass
+    try:  # the server may have stopped listening: its job came first
+        os.write(ready_fd, b"r")
+    except OSError:
+        pass
+    os.close(ready_fd)
+    payload = _read_all(job_fd)
+    os.close(job_fd)
+    if not payload:
+        os._exit(0)  # given back without a job
+    return runner(json.loads(payload.decode("utf-8")), isolation)
+
+
+def spawn_ahead(prepare, runner, limits, workdir, env, writable_dirs, key=None, candidate=None, forker=None):
     """Forks a child before its job exists: it enters the sandbox, runs
     prepare(isolation) (on CUDA, the context: the costliest part of a job's
     start), signals ready and waits. send_job() then hands it a JSON payload
-    for runner(payload, isolation); finish() supervises it like run()."""
-    def body(isolation, job_fd, ready_fd):
-        try:
-            prepare(isolation)
-        except Exception:  # the job meets the same failure and reports it in its own words
-            pass
-        try:  # the server may have stopped listening: its job came first
-            os.write(ready_fd, b"r")
-        except OSError:
-            pass
-        os.close(ready_fd)
-        payload = _read_all(job_fd)
-        os.close(job_fd)
-        if not payload:
-            os._exit(0)  # given back without a job
-        return runner(json.loads(payload.decode("utf-8")), isolation)
-
-    child = _fork(limits, workdir, env, writable_dirs, body, ahead=True, candidate=candidate)
+    for runner(payload, isolation); finish() supervises it like run().
+    With forker (env/harness/forker.py) the fork server forks it, and
+    prepare and runner must pickle."""
+    body = functools.partial(_ahead_body, prepare, runner)
+    if forker is not None:
+        child = forker.fork(limits, workdir, env, writable_dirs, body, True, candidate)
+    else:
+        child = fork_child(limits, workdir, env, writable_dirs, body, ahead=True, candidate=candidate)
     child.key = key
     _spares.add(child.pid)
     return child
@@ -527,7 +575,7 @@ def discard(child):
 def start(target, limits, workdir, env, writable_dirs, candidate=None):
     """Forks a sandboxed child that calls target(isolation); finish() waits
     for it. candidate: see _fork."""
-    return _fork(limits, workdir, env, writable_dirs, _target_body(target), ahead=False, candidate=candidate)
+    return fork_child(limits, workdir, env, writable_dirs, _target_body(target), ahead=False, candidate=candidate)
 
 
 def finish(child, next_spare=None):

@@ -35,6 +35,7 @@ task's clean timing baseline is handed to later judges, default 600; 0:
 every judge times its own).
 """
 
+import functools
 import hashlib
 import importlib
 import json
@@ -50,7 +51,7 @@ import torch
 import torch._dynamo  # noqa: F401  here once, not in every child (guards.py says why it is needed)
 import triton
 
-from env.harness import (candidate_sandbox, evaluate, guards, judge_timing, kernel_cache, profiler, protocol, reference,
+from env.harness import (candidate_sandbox, evaluate, forker, guards, judge_timing, kernel_cache, profiler, protocol, reference,
                          sandbox, timing)
 
 GPU_CHECK_TIMEOUT_S = 60.0
@@ -274,30 +275,33 @@ def _seed_cache_target(isolation):
 
 
 def _prepare_child(device):
+    """prepare_child for device, in a form the fork server is sent."""
+    return functools.partial(prepare_child, device)
+
+
+def prepare_child(device, isolation):
     """The setup a child forked ahead does before its job: the CUDA context,
     then cuBLAS and cuDNN handles (the first matmul or convolution of a
     process costs tens of ms more), best effort."""
-    def prepare(isolation):
-        if device != "cuda":
-            return
-        t0 = time.perf_counter()
-        evaluate.cuda_context()
-        evaluate.AHEAD_MS["ahead_context"] = timing.ms_since(t0)
-        t0 = time.perf_counter()
-        try:
-            a = torch.ones(8, 8, device="cuda")
-            a @ a
-            x = torch.ones(1, 1, 4, 4, device="cuda")
-            torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device="cuda"))
-            torch.cuda.synchronize()
-        except Exception:  # the job will meet the same problem and report it
-            pass
-        # the timed loop's own buffers and kernels (timing.prewarm)
-        evaluate.AHEAD_MS["ahead_handles"] = timing.ms_since(t0)
-        t0 = time.perf_counter()
-        timing.prewarm(torch.device("cuda"), guards.Timers())
-        evaluate.AHEAD_MS["ahead_prewarm"] = timing.ms_since(t0)
-    return prepare
+    if device != "cuda":
+        return
+    t0 = time.perf_counter()
+    evaluate.cuda_context()
+    evaluate.AHEAD_MS["ahead_context"] = timing.ms_since(t0)
+    t0 = time.perf_counter()
+    try:
+        a = torch.ones(8, 8, device="cuda")
+        a @ a
+        x = torch.ones(1, 1, 4, 4, device="cuda")
+        torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device="cuda"))
+        torch.cuda.synchronize()
+    except Exception:  # the job will meet the same problem and report it
+        pass
+    # the timed loop's own buffers and kernels (timing.prewarm)
+    evaluate.AHEAD_MS["ahead_handles"] = timing.ms_since(t0)
+    t0 = time.perf_counter()
+    timing.prewarm(torch.device("cuda"), guards.Timers())
+    evaluate.AHEAD_MS["ahead_prewarm"] = timing.ms_since(t0)
 
 
 def prefork_depth(value):
@@ -335,6 +339,7 @@ def warm_imports(names):
 
 class Server:
     def __init__(self):
+        self.forker = None  # made at the end of start()
         self.cache_dir = os.environ.get("DK_KG_CACHE") or os.path.join(
             os.path.expanduser("~"), ".cache", "drkernel", "kernelgym")
         self.compile_dirs = {name: os.path.join(self.cache_dir, name) for name in ("triton", "nv", "inductor")}
@@ -469,6 +474,9 @@ class Server:
                 if self.kgprof_attribution != "correlation":
                     log("libkgprof cannot tie kernels to the launches that made them here; "
                         "profiles attribute kernels by name")
+        # Every judge from here on is forked by the fork server, made now,
+        # before the first job (env/harness/forker.py says why).
+        self.forker = forker.Forker()
         self.write({"ready": True, "pid": os.getpid(), "torch": torch.__version__, "triton": triton.__version__,
                     "python": sys.version.split()[0], "cuda": self.cuda, "gpus": self.gpus,
                     "isolation": {k: self.isolation.get(k, False)
@@ -554,14 +562,29 @@ class Server:
         workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
         env = self.child_env(workdir, device, gpu)
         try:
-            child = sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir, env, [], key,
-                                        candidate=self.candidate_spec(env, device))
-            self.spares.append(child)
-            return child
+            child = self.fork_judge(key, limits, device, gpu, workdir, env)
+        except forker.ForkerGone:
+            raise
         except OSError as e:
             shutil.rmtree(workdir, ignore_errors=True)
             log(f"cannot fork a child ahead ({e}); jobs start their own")
             return None
+        self.spares.append(child)
+        return child
+
+    def fork_judge(self, key, limits, device, gpu, workdir=None, env=None):
+        """A judge forked by the fork server, waiting for its job (sent with
+        sandbox.send_job). Raises OSError when it cannot be forked, and
+        ForkerGone when the fork server is gone."""
+        if workdir is None:
+            workdir = tempfile.mkdtemp(prefix="job-", dir=self.tmp_base)
+            env = self.child_env(workdir, device, gpu)
+        try:
+            return sandbox.spawn_ahead(_prepare_child(device), _run_job, limits, workdir, env, [], key,
+                                       candidate=self.candidate_spec(env, device), forker=self.forker)
+        except OSError:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
 
     def drop_spares(self, keep_key=None):
         """Discards the children forked ahead, or those whose key is not
@@ -636,7 +659,11 @@ class Server:
             else:
                 shutil.rmtree(spare.workdir, ignore_errors=True)
         if child is None:
-            child = self.start_child(lambda iso: evaluate.evaluate(job, opts, iso), device, gpu, limits, judge=True)
+            # forked now by the fork server, given its job through its pipe
+            child = self.fork_judge(key, limits, device, gpu)
+            if not sandbox.send_job(child, {"job": job, "opts": opts}):
+                shutil.rmtree(child.workdir, ignore_errors=True)
+                raise OSError("a judge forked for the job did not take it")
         # One child is forked ahead per job, at its start; the depth is
         # reached one child at a time (below), so no two set up at once
         # beside a job's timed calls.
@@ -801,11 +828,18 @@ class Server:
             return self.gpu_check(job)
         if kind == "status":  # the child forked ahead, for tests that count processes
             return {"spare_pid": self.spares[0].pid if self.spares else None,
-                    "spare_pids": [c.pid for c in self.spares], "id": job.get("id")}
+                    "spare_pids": [c.pid for c in self.spares], "id": job.get("id"),
+                    "forker_pid": self.forker.pid if self.forker else None}
         if kind not in (None, "eval", "job"):
             return protocol.error_result(job.get("id"), f"unknown line kind {kind!r}")
         try:
             return self.eval_job(job)
+        except forker.ForkerGone as e:
+            # No judge can be forked safely any more (a new fork server would
+            # be a fork of this server, which has seen jobs): exit without an
+            # answer, and the worker restarts the server and runs the job again.
+            log(f"{e}; exiting")
+            raise SystemExit(3)
         except Exception as e:
             return protocol.error_result(job.get("id"), f"internal error in the server: {type(e).__name__}: {e}")
 
@@ -821,6 +855,8 @@ class Server:
 
     def close(self):
         self.drop_spares()
+        if getattr(self, "forker", None) is not None:
+            self.forker.close()
         sandbox.kill_all_descendants(spares_too=True)
         shutil.rmtree(self.tmp_base, ignore_errors=True)
 

@@ -167,6 +167,12 @@ PREFIX_RULES = [
     ("numpy.savetxt", "static:file_access"),
     ("numpy.loadtxt", "static:file_access"),
     ("numpy.memmap", "static:file_access"),
+    ("numpy.fromregex", "static:file_access"),
+    ("numpy.genfromtxt", "static:file_access"),
+    ("numpy.DataSource", "static:file_access"),
+    ("numpy.lib.npyio", "static:file_access"),
+    ("numpy.lib.format", "static:file_access"),
+    ("numpy.ctypeslib", "static:ctypes"),
     # environment
     ("os.environ", "static:env_access"),
     ("os.environb", "static:env_access"),
@@ -302,6 +308,20 @@ DYNAMIC_DUNDERS = {
     "__objclass__", "__init_subclass__", "__class_getitem__", "__set_name__", "__qualname__",
 }
 
+# Attribute names that reach a module of the machinery (or a frame, or raw
+# memory) whatever object they are read from: `t = torch; t.sys` or
+# `np.ctypeslib` name no import the rules above could resolve, so the name
+# itself is flagged. None of them is an attribute an honest kernel reads.
+MODULE_ATTRS = {
+    "sys": "static:dynamic_attribute", "os": "static:dynamic_attribute", "builtins": "static:dynamic_attribute",
+    "importlib": "static:dynamic_code", "gc": "static:frame_inspection", "inspect": "static:frame_inspection",
+    "ctypes": "static:ctypes", "ctypeslib": "static:ctypes", "subprocess": "static:subprocess",
+    "_thread": "static:threads", "multiprocessing": "static:threads", "marshal": "static:dynamic_code",
+    "pickle": "static:dynamic_code", "socket": "static:network", "mmap": "static:file_access",
+    "runpy": "static:dynamic_code", "linecache": "static:frame_inspection", "_getframe": "static:frame_inspection",
+    "_current_frames": "static:frame_inspection", "tofile": "static:file_access",
+}
+
 # Names whose definition or use changes what torch's operators do on the
 # objects the judge compares.
 TORCH_OVERRIDE_NAMES = {"__torch_function__", "__torch_dispatch__"}
@@ -427,7 +447,15 @@ class _Checker:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 if node.id in BUILTIN_RULES and node.id not in self.rebound and node.id not in self.aliases:
                     self.add(BUILTIN_RULES[node.id], node, node.id)
+            if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in ATTR_BUILTINS
+                    and node.id not in self.rebound):
+                parent = self.parents.get(node)
+                if not (isinstance(parent, ast.Call) and parent.func is node):
+                    # getattr passed on or renamed (_g = getattr): its calls are out of check_call's sight
+                    self.add("static:dynamic_attribute", node, f"{node.id} used as a value")
             if isinstance(node, ast.Attribute):
+                if node.attr in MODULE_ATTRS and not self._inner_of_reported(node):
+                    self.add(MODULE_ATTRS[node.attr], node, "." + node.attr)
                 if node.attr in TORCH_OVERRIDE_NAMES:
                     self.add("static:torch_override", node, "." + node.attr)
                 elif node.attr in DYNAMIC_DUNDERS:

@@ -193,10 +193,13 @@ def test_faults(server, isolation):
                   f"{name}: the forged stdout result leaked into the verdict: {res['status']}")
         # The children forked ahead for the next jobs (judges, each with its
         # candidate's process) are the ones allowed.
-        spares = server.request({"kind": "status"}).get("spare_pids") or []
+        status = server.request({"kind": "status"})
+        spares = status.get("spare_pids") or []
+        forker_pid = status.get("forker_pid")
 
         def leftovers():
-            allowed = set()
+            # and the fork server (env/harness/forker.py), which no job owns
+            allowed = {forker_pid} if forker_pid else set()
             for spare in spares:
                 allowed |= {spare} | set(descendants_of(spare))
             return [p for p in descendants_of(server.pid) if p not in allowed]

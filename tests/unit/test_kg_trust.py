@@ -11,7 +11,10 @@ to win), run through the warm server as the trainer runs it.
                    sees nothing the planter left, no other job's folder, no
                    Redis socket or password (a decoy folder and a decoy
                    process with a password in its command line are made
-                   here), no other process; its ok verdict proves it
+                   here), no other process; its ok verdict proves it;
+                   then c6_earlier_jobs.py finds neither job's source in
+                   its own process's memory (frames, the heap) nor a
+                   socket it inherited
   concurrent       the same with the two jobs at once in two servers, then
                    c6_kill_siblings.py beside an honest job: the honest job
                    is still ok
@@ -269,7 +272,13 @@ def test_sequence(server, shared_dir):
     res = run(server, vm, victim, job_id="victim")
     check(res["status"] == "ok", f"victim after plant: it saw something: {verdict(res)}")
     uid = candidate_isolated(res, "victim").get("uid")
-    print(f"  sequence: plant -> ok, victim -> {res['status']} (candidate uid {uid})")
+    # After both, in the same server: no earlier job's source in the memory
+    # of the candidate's process (its judge comes from the fork server, made
+    # before the first job), no socket back to its forker.
+    sm, snoop = seq_source("c6_earlier_jobs.py", shared_dir)
+    r_snoop = run(server, sm, snoop, job_id="snoop")
+    check(r_snoop["status"] == "ok", f"snoop after plant and victim: it found an earlier job: {verdict(r_snoop)}")
+    print(f"  sequence: plant -> ok, victim -> {res['status']} (candidate uid {uid}), snoop -> {r_snoop['status']}")
 
 
 def run_concurrently(jobs):
