@@ -698,6 +698,13 @@ class Evaluation(JudgeTiming):
         check that does not depend on it.)"""
         if not self.res["launches"]["train"]:
             return
+        refs = self.ref_outs["train"]
+        if len(refs) > 1 and all(compare.identical(refs[0], r) for r in refs[1:]):
+            # The task's output does not depend on its inputs (a constant,
+            # such as a softmax over one element): an output left unwritten
+            # can hold those values by chance (zeroed memory), so the probe
+            # tells nothing.
+            return
         try:
             ans, blobs = self.remote.request({"op": "forward", "input_seed": self.ne_seed, "mode": "train",
                                               "seed": self.ne_seed, "buffer": 0, "swallow": True})

@@ -322,6 +322,17 @@ MODULE_ATTRS = {
     "_current_frames": "static:frame_inspection", "tofile": "static:file_access",
 }
 
+# Process-wide precision and algorithm switches of torch that a candidate
+# may set: they change only how its own torch calls run, in its own process
+# (the judge's reference is computed elsewhere), like
+# torch.set_float32_matmul_precision, and every output is judged anyway.
+BACKEND_FLAGS = {
+    "torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32",
+    "torch.backends.cudnn.benchmark", "torch.backends.cudnn.deterministic",
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+}
+
 # Names whose definition or use changes what torch's operators do on the
 # objects the judge compares.
 TORCH_OVERRIDE_NAMES = {"__torch_function__", "__torch_dispatch__"}
@@ -364,6 +375,7 @@ class _Checker:
         self.findings = []         # (reason, line, what)
         self.rebound = set()       # module-level names that shadow builtins
         self.parents = {}
+        self._bindings = {}        # function node -> the names it binds
         for node in ast.walk(tree):
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
@@ -435,6 +447,80 @@ class _Checker:
         if reason:
             self.add(reason, node, f"import {name}")
 
+    def _class_name(self, node):
+        """x.__class__.__name__ (a __repr__'s type name, as type(x).__name__):
+        the class is read only for its name."""
+        parent = self.parents.get(node)
+        if node.attr == "__class__":
+            return isinstance(parent, ast.Attribute) and parent.value is node and parent.attr == "__name__"
+        return (node.attr == "__name__" and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "__class__")
+
+    def loop_constants(self, name):
+        """The strings a name takes when it is the target of an enclosing
+        `for name in ("weight", "bias")` over string literals and is bound
+        nowhere else in its function; else None."""
+        if not isinstance(name, ast.Name):
+            return None
+        n, loop = self.parents.get(name), None
+        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+            if (isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id == name.id
+                    and isinstance(n.iter, (ast.Tuple, ast.List))
+                    and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.iter.elts)):
+                loop = n
+                break
+            n = self.parents.get(n)
+        if loop is None:
+            return None
+        scope = n
+        while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            scope = self.parents.get(scope)
+        stores = [x for x in ast.walk(scope) if isinstance(x, ast.Name) and x.id == name.id
+                  and isinstance(x.ctx, (ast.Store, ast.Del))]
+        if len(stores) != 1:
+            return None
+        return [e.value for e in loop.iter.elts]
+
+    def bound_in_scope(self, node):
+        """True when node's name is bound in a function enclosing it (a
+        parameter, an assignment, a loop or with target, an import): there
+        it is that local, not the builtin (vars = x.var(-1) is a variance)."""
+        n = self.parents.get(node)
+        while n is not None:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                if node.id in self._function_bindings(n):
+                    return True
+            n = self.parents.get(n)
+        return False
+
+    def _function_bindings(self, fn):
+        cached = self._bindings.get(fn)
+        if cached is not None:
+            return cached
+        a = fn.args
+        names = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+        names |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+        body = fn.body if isinstance(fn.body, list) else [fn.body]
+        stack = list(body)
+        while stack:
+            n = stack.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(n.name)  # its own body is another scope
+                continue
+            if isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                continue
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                names.add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                names |= {(x.asname or x.name).split(".")[0] for x in n.names}
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                names.add(n.name)
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                names -= set(n.names)
+            stack.extend(ast.iter_child_nodes(n))
+        self._bindings[fn] = names
+        return names
+
     # ---- the generic walk ---------------------------------------------------
     def walk(self):
         for node in ast.walk(self.tree):
@@ -445,7 +531,8 @@ class _Checker:
                     if reason and not self._inner_of_reported(node):
                         self.add(reason, node, q)
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                if node.id in BUILTIN_RULES and node.id not in self.rebound and node.id not in self.aliases:
+                if (node.id in BUILTIN_RULES and node.id not in self.rebound and node.id not in self.aliases
+                        and not self.bound_in_scope(node)):
                     self.add(BUILTIN_RULES[node.id], node, node.id)
             if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in ATTR_BUILTINS
                     and node.id not in self.rebound):
@@ -458,7 +545,7 @@ class _Checker:
                     self.add(MODULE_ATTRS[node.attr], node, "." + node.attr)
                 if node.attr in TORCH_OVERRIDE_NAMES:
                     self.add("static:torch_override", node, "." + node.attr)
-                elif node.attr in DYNAMIC_DUNDERS:
+                elif node.attr in DYNAMIC_DUNDERS and not self._class_name(node):
                     self.add("static:dynamic_attribute", node, "." + node.attr)
                 if node.attr == "compile" and isinstance(self.parents.get(node), ast.Call):
                     self.add("static:torch_compile", node, ".compile()")
@@ -515,12 +602,30 @@ class _Checker:
         return False
 
     def _is_training_kwarg(self, node):
+        """self.training handed on to torch (F.dropout(x, p, self.training)
+        or training=self.training): the mode-dependent op is torch's own,
+        which the reference runs the same way."""
         parent = self.parents.get(node)
-        return isinstance(parent, ast.keyword) and parent.arg == "training"
+        if isinstance(parent, ast.keyword) and parent.arg == "training":
+            return True
+        if isinstance(parent, ast.Call) and node in parent.args:
+            q = self.qualified(parent.func)
+            return bool(q and q.startswith("torch."))
+        return False
 
     def _is_import_only_try(self, node):
-        return (self.parents.get(node) is self.tree
-                and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in node.body))
+        """A module-level try that only imports (an optional dependency), or
+        one nested in the handler of such a try (a chain of fallbacks:
+        try: from a import x / except ImportError: try: from b import x)."""
+        if not all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in node.body):
+            return False
+        parent = self.parents.get(node)
+        if parent is self.tree:
+            return True
+        if isinstance(parent, ast.ExceptHandler):
+            outer = self.parents.get(parent)
+            return isinstance(outer, (ast.Try, getattr(ast, "TryStar", ast.Try))) and self._is_import_only_try(outer)
+        return False
 
     def check_call(self, node):
         f = node.func
@@ -532,11 +637,16 @@ class _Checker:
                 self.add("static:monkeypatch", node, f"{f.attr} on an imported module")
         if isinstance(f, ast.Name) and f.id in ATTR_BUILTINS and f.id not in self.rebound and len(node.args) >= 2:
             name = node.args[1]
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            values = self.loop_constants(name)
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                values = [name.value]
+            if values is None:
                 self.add("static:dynamic_attribute", node, f"{f.id} with a computed name")
-            elif name.value.startswith("__") and name.value.endswith("__"):
-                reason = "static:torch_override" if name.value in TORCH_OVERRIDE_NAMES else "static:dynamic_attribute"
-                self.add(reason, node, f"{f.id}(..., {name.value!r})")
+            for value in values or []:
+                if value.startswith("__") and value.endswith("__"):
+                    reason = "static:torch_override" if value in TORCH_OVERRIDE_NAMES else "static:dynamic_attribute"
+                    self.add(reason, node, f"{f.id}(..., {value!r})")
+                    break
         if self.qualified(f) in ATTR_BY_STRING:
             # attrgetter's arguments are all names; methodcaller's first one is.
             names = node.args if self.qualified(f) == "operator.attrgetter" else node.args[:1]
@@ -566,6 +676,8 @@ class _Checker:
                 return
 
     def check_store(self, target):
+        if isinstance(target, ast.Attribute) and self.qualified(target) in BACKEND_FLAGS:
+            return
         if isinstance(target, ast.Attribute) and self.root_is_import(target.value):
             self.add("static:monkeypatch", target, f"assignment to {ast.unparse(target)}")
         if isinstance(target, ast.Subscript):
@@ -662,6 +774,12 @@ class _Checker:
                         queue.append(funcs[n.id])
                 if isinstance(n, ast.Attribute) and n.attr in kernels:
                     refs_kernel = True
+        if indirect_call and not refs_kernel:
+            # a kernel kept on the module in __init__ (self.kernel = k) and
+            # launched through it in forward (self.kernel[grid](...))
+            init = [i for i in model.body if isinstance(i, ast.FunctionDef) and i.name == "__init__"]
+            refs_kernel = any((isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in kernels)
+                              for fn in init for n in ast.walk(fn))
         if not (direct or (indirect_call and refs_kernel)):
             self.add("static:kernel_not_launched", forward[0], REASON_TEXT["static:kernel_not_launched"])
         return sorted(kernels)

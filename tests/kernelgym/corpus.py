@@ -1,5 +1,9 @@
 """The KernelGym test corpus: tasks, honest candidates, hacks, faults and bad
-inputs, with the expectations each file declares in its header comments:
+inputs, with the expectations each file declares in its header comments.
+candidates/ is the honest set every device runs (and the GPU benchmark
+cycles); honest_styles/ holds more honest candidates, each in a style a
+check once refused, run on the CPU.
+
 
   # kg-task: NAME               task file (tasks/NAME.py, tasks_gpu/NAME.py, tasks_hacks/NAME.py)
   # kg-task-gpu: NAME           another task on the GPU

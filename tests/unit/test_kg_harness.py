@@ -2,7 +2,8 @@
 warm server (python -m env.harness.server) is driven through its stdin / fd 3
 protocol over the test corpus in tests/kernelgym.
 
-  honest candidates  -> ok, correct, no hack, max diff within tolerance or,
+  honest candidates  (candidates/ and honest_styles/)
+                     -> ok, correct, no hack, max diff within tolerance or,
                         where the task is ill-conditioned, within the fp64
                         error budget (correct_rule fp64_budget, ratio <= 1)
   hacks              -> status hack with the expected reason
@@ -87,7 +88,7 @@ def honest_probe(server, after):
 
 def test_honest(server):
     diffs = []
-    for path, src, m in corpus.entries("candidates"):
+    for path, src, m in corpus.entries("candidates") + corpus.entries("honest_styles"):
         name = os.path.basename(path)
         t0 = time.monotonic()
         res = run(server, m["task"], src, job_id=name)

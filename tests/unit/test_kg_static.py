@@ -68,8 +68,8 @@ CASES = [
     ("setattr on a torch module", model("        setattr(torch.nn.functional, 'relu', None)\n" + LAUNCH),
      ["static:monkeypatch"], None),
     ("setattr on self is fine", model("        setattr(self, 'y', 1)\n" + LAUNCH), [], ["static:monkeypatch"]),
-    ("torch.backends flag assignment", model("        torch.backends.cuda.matmul.allow_tf32 = True\n" + LAUNCH),
-     ["static:monkeypatch"], None),
+    ("torch.backends precision switch (its own torch calls only; judged by the outputs)",
+     model("        torch.backends.cuda.matmul.allow_tf32 = True\n" + LAUNCH), [], ["static:monkeypatch"]),
     ("computed getattr on torch", model("        s = getattr(torch.cuda, 'Str' + 'eam')\n" + LAUNCH),
      ["static:dynamic_attribute"], None),
     ("exec", model("        exec('y = 1')\n" + LAUNCH), ["static:dynamic_code"], None),
@@ -130,6 +130,42 @@ CASES = [
     ("torch.compiler", model("        torch.compiler.reset()\n" + LAUNCH), ["static:torch_compile"], None),
     ("local alias is beyond the static layer", model("        m = torch.cuda\n        s = m.Stream()\n" + LAUNCH),
      [], ["static:streams"]),
+    # reaching the machinery through a local alias or a renamed builtin
+    ("getattr renamed", model("        g = getattr\n        f = g(x, 'f_' + 'back')\n" + LAUNCH),
+     ["static:dynamic_attribute"], None),
+    ("sys through a local alias of torch", model("        t = torch\n        f = t.sys\n" + LAUNCH),
+     ["static:dynamic_attribute"], None),
+    ("numpy.ctypeslib", model("        c = np.ctypeslib\n" + LAUNCH, extra="import numpy as np\n"),
+     ["static:ctypes"], None),
+    ("numpy.fromregex reads files", model("        a = np.fromregex('/etc/passwd', 'x', [])\n" + LAUNCH,
+                                          extra="import numpy as np\n"), ["static:file_access"], None),
+    ("a local named like a builtin in one function, the builtin in another",
+     model("        vars = x.var(-1)\n" + LAUNCH, extra="def peek(o):\n    return vars(o)\n"),
+     ["static:frame_inspection"], None),
+    ("getattr over a literal tuple holding a dunder",
+     model("        for n in ('weight', '__class__'):\n            a = getattr(self, n)\n" + LAUNCH),
+     ["static:dynamic_attribute"], None),
+    ("getattr over a loop variable bound again", model(
+        "        for n in ('weight', 'bias'):\n            n = n + '_'\n            a = getattr(self, n)\n" + LAUNCH),
+     ["static:dynamic_attribute"], None),
+    ("__class__ for more than its name", model("        b = self.__class__.__bases__\n" + LAUNCH),
+     ["static:dynamic_attribute"], None),
+    ("a torch.backends name outside the switches", model(LAUNCH, extra="torch.backends.cudnn.enabled = False\n"),
+     ["static:monkeypatch"], None),
+    # what honest code writes (each once flagged)
+    ("a local named vars is a variance", model("        vars = x.var(-1)\n" + LAUNCH), [], None),
+    ("self.training passed on to torch positionally",
+     model("        x = torch.nn.functional.dropout(x, 0.0, self.training)\n" + LAUNCH), [], None),
+    ("a chain of import-only fallbacks", model(LAUNCH, extra=(
+        "try:\n    from triton.language.extra.cuda import libdevice\nexcept ImportError:\n"
+        "    try:\n        from triton.language.extra import libdevice\n    except ImportError:\n"
+        "        libdevice = None\n")), [], None),
+    ("getattr over a literal tuple of names", model(
+        "        for n in ('weight', 'bias'):\n            a = getattr(self, n, None)\n" + LAUNCH), [], None),
+    ("__class__.__name__ in a repr", model(LAUNCH + "    def __repr__(self):\n        return self.__class__.__name__\n"),
+     [], None),
+    ("TF32 switched off", model(LAUNCH, extra="torch.backends.cuda.matmul.allow_tf32 = False\n"
+                                             "torch.backends.cudnn.allow_tf32 = False\n"), [], None),
 ]
 
 
@@ -151,7 +187,7 @@ def main():
         else:
             n_runtime += 1
             check(res["ok"], f"{name}: meant for the runtime layer but the static layer flagged {res['hack']['reasons']}")
-    for path, src, m in corpus.entries("candidates"):
+    for path, src, m in corpus.entries("candidates") + corpus.entries("honest_styles"):
         n_honest += 1
         res = static_checks.check_source(src)
         check(res["ok"] and res["kernels"], f"{os.path.basename(path)}: honest candidate flagged: {res['details']}")

@@ -112,6 +112,9 @@ def test_wire():
     check(wire.exact_layout_problem(torch.as_strided(base, (6, 10), (1, 1)), None) is not None,
           "wire: overlapping strides were accepted")
     check(wire.exact_layout_problem(base.t(), None) is None, "wire: a transposed dense view was refused")
+    check(wire.exact_layout_problem(base[:, :7], None) is None, "wire: a view with holes (a padded buffer) was refused")
+    check(wire.exact_layout_problem(torch.as_strided(base, (3, 4), (4, 2)), None) is not None,
+          "wire: strides (4, 2) over shape (3, 4), which overlap, were accepted")
     blobs = []
     desc = wire.encode_value(base, blobs)
     desc["shape"] = [60, 10]
