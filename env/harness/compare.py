@@ -97,8 +97,14 @@ def compare(ref, out, atol, rtol):
             worst = max(worst, d)
             a_t = a.to(device=rf.device, dtype=torch.float64) if isinstance(a, torch.Tensor) else a
             r_t = rtol
-            if not r.is_floating_point():  # integer and bool outputs must be exact
-                a, a_t, r_t = 0.0, 0.0, 0.0
+            if not r.is_floating_point():
+                # integer and bool outputs must be exact, in their own dtype
+                # (float64 reads int64 values 256 apart at 2^60 as equal)
+                wrong = o.detach().to(r.device) != r.detach()
+                if bool(wrong.any()):
+                    return False, max(worst, 1.0), (f"{where} differs from the reference in {int(wrong.sum())} of "
+                                                    f"{r.numel()} elements; integer and bool outputs must be exact")
+                continue
             same = (of == rf) | (torch.isnan(of) & torch.isnan(rf))
             # as torch.isclose: an infinite reference is matched only by itself
             outside = ~same & ~((diff <= a_t + r_t * rf.abs()) & torch.isfinite(rf))
@@ -109,11 +115,13 @@ def compare(ref, out, atol, rtol):
                                       f"rtol={r_t:g}")
         elif isinstance(r, (int, float)):
             a = float(a.max()) if isinstance(a, torch.Tensor) else a
+            if isinstance(r, int):  # a count or an index: exact, in integers
+                if isinstance(o, int) and o == r or isinstance(o, float) and o.is_integer() and int(o) == r:
+                    continue
+                return False, abs(float(o) - float(r)) or 1.0, f"{where} is {o}, expected {r}"
             fr, fo = float(r), float(o)
             if fr == fo or (math.isnan(fr) and math.isnan(fo)):
                 continue
-            if isinstance(r, int):  # a count or an index: exact
-                return False, abs(fo - fr), f"{where} is {o}, expected {r}"
             d = abs(fo - fr)
             worst = max(worst, d) if not math.isnan(d) else math.inf
             # NaN compares false, and an infinite reference is matched only by itself

@@ -322,6 +322,12 @@ MODULE_ATTRS = {
     "_current_frames": "static:frame_inspection", "tofile": "static:file_access",
 }
 
+# torch functions that take the training flag, and its position: there
+# self.training may be passed positionally (F.dropout(x, p, self.training));
+# anywhere else (torch.tensor(self.training)) it is a value to branch on.
+TRAINING_SLOTS = {"dropout": 2, "dropout1d": 2, "dropout2d": 2, "dropout3d": 2, "alpha_dropout": 2,
+                  "feature_alpha_dropout": 2, "batch_norm": 5, "rrelu": 3}
+
 # Process-wide precision and algorithm switches of torch that a candidate
 # may set: they change only how its own torch calls run, in its own process
 # (the judge's reference is computed elsewhere), like
@@ -485,12 +491,16 @@ class _Checker:
         """True when node's name is bound in a function enclosing it (a
         parameter, an assignment, a loop or with target, an import): there
         it is that local, not the builtin (vars = x.var(-1) is a variance)."""
-        n = self.parents.get(node)
+        child, n = node, self.parents.get(node)
         while n is not None:
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            # Only the body runs in the function's scope: its defaults,
+            # decorators and annotations are evaluated where it is defined
+            # (def f(x, exec=exec) reads the builtin).
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and child in n.body \
+                    or isinstance(n, ast.Lambda) and child is n.body:
                 if node.id in self._function_bindings(n):
                     return True
-            n = self.parents.get(n)
+            child, n = n, self.parents.get(n)
         return False
 
     def _function_bindings(self, fn):
@@ -531,8 +541,10 @@ class _Checker:
                     if reason and not self._inner_of_reported(node):
                         self.add(reason, node, q)
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                if (node.id in BUILTIN_RULES and node.id not in self.rebound and node.id not in self.aliases
-                        and not self.bound_in_scope(node)):
+                # A module-level rebinding excuses nothing: a function can run
+                # before it (or exec = exec reads the builtin), and a name of
+                # this list is no loss to an honest module.
+                if node.id in BUILTIN_RULES and node.id not in self.aliases and not self.bound_in_scope(node):
                     self.add(BUILTIN_RULES[node.id], node, node.id)
             if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in ATTR_BUILTINS
                     and node.id not in self.rebound):
@@ -609,8 +621,9 @@ class _Checker:
         if isinstance(parent, ast.keyword) and parent.arg == "training":
             return True
         if isinstance(parent, ast.Call) and node in parent.args:
-            q = self.qualified(parent.func)
-            return bool(q and q.startswith("torch."))
+            q = self.qualified(parent.func) or ""
+            slot = TRAINING_SLOTS.get(q.rsplit(".", 1)[-1]) if q.startswith("torch.") else None
+            return slot is not None and parent.args.index(node) == slot
         return False
 
     def _is_import_only_try(self, node):

@@ -108,6 +108,12 @@ def test_rule():
     check(eb.judge(idx, idx.clone(), None, 1e-4, 1e-4)["ok"], "equal integers rejected")
     check(not eb.compare.compare(idx, idx ^ 1, 1e-4, 1e-4)[0], "compare: integer off by one")
     check(not eb.compare.compare((20000,), (20001,), 1e-4, 1e-4)[0], "compare: int number leaf off by one")
+    # ... in their own dtype: above 2^53 float64 reads int64 values 256 apart
+    # (at 2^60) as equal.
+    big = torch.arange(2 ** 60, 2 ** 60 + 8, dtype=torch.int64)
+    check(not eb.judge(big, big + 17, None, 1e-4, 1e-4)["ok"], "int64 near 2^60 off by 17 accepted")
+    check(not eb.compare.compare(big, big + 17, 1e-4, 1e-4)[0], "compare: int64 near 2^60 off by 17")
+    check(not eb.compare.compare((2 ** 60,), (2 ** 60 + 1,), 1e-4, 1e-4)[0], "compare: a Python int near 2^60 off by 1")
     # Structure: a wrong shape or a wrong number leaf is never in budget.
     v = eb.judge(t([1.0, 2.0]), t([1.0, 2.0, 3.0]), t([1.0, 2.0], torch.float64), 1e-4, 1e-4)
     check(not v["ok"] and "has shape (3,), expected (2,)" in v["message"], v["message"])

@@ -152,6 +152,18 @@ CASES = [
      ["static:dynamic_attribute"], None),
     ("a torch.backends name outside the switches", model(LAUNCH, extra="torch.backends.cudnn.enabled = False\n"),
      ["static:monkeypatch"], None),
+    # a builtin read where a function is defined, not inside it
+    ("a builtin as a parameter's default", model("        return probe('y = 1')\n",
+                                                 extra="def probe(src, exec=exec):\n    exec(src)\n"),
+     ["static:dynamic_code"], None),
+    ("a builtin as a lambda's default", model("        f = lambda s, eval=eval: eval(s)\n" + LAUNCH),
+     ["static:dynamic_code"], None),
+    ("a builtin in an annotation", model(LAUNCH, extra="def g(exec) -> exec('y = 1'):\n    pass\n"),
+     ["static:dynamic_code"], None),
+    ("a builtin rebound to itself at module level", model(LAUNCH, extra="exec = exec\nexec('y = 1')\n"),
+     ["static:dynamic_code"], None),
+    ("self.training turned into a value by torch", model("        t = torch.tensor(self.training)\n" + LAUNCH),
+     ["static:training_branch"], None),
     # what honest code writes (each once flagged)
     ("a local named vars is a variance", model("        vars = x.var(-1)\n" + LAUNCH), [], None),
     ("self.training passed on to torch positionally",
