@@ -19,7 +19,8 @@ to win), run through the warm server as the trainer runs it.
                    c6_kill_siblings.py beside an honest job: the honest job
                    is still ok
   infrastructure   a judge killed mid-job (from outside) is re-run: the
-                   honest job ends ok with infra_retries 1
+                   honest job ends ok with infra_retries 1; a server whose
+                   fork server was killed exits 3 without an answer
   wire             outputs rebuilt from bytes keep their exact dtype, shape,
                    strides and storage offset, through the pipe and through
                    shared memory; what does not fit is refused
@@ -383,6 +384,29 @@ def test_judge_killed(server):
     print(f"  judge killed mid-job -> {res['status']}, infra_retries {res.get('infra_retries')}")
 
 
+def test_forker_gone():
+    """A server whose fork server is gone forks no judge from itself (that
+    judge would inherit the memory of the jobs it served): it exits with
+    code 3 and no answer, and its worker starts a fresh one."""
+    from env.harness.client import ServerError
+
+    c = HarnessServer(env={"DK_KG_PREFORK": "0"})
+    pid = c.request({"kind": "status"}).get("forker_pid")
+    check(isinstance(pid, int), f"the server reports no fork server: {pid}")
+    if not isinstance(pid, int):
+        c.close()
+        return
+    os.kill(pid, signal.SIGKILL)
+    try:
+        res = run(c, {"task": HONEST[0]}, corpus.read(HONEST[1]), job_id="no-forker")
+        check(False, f"a server without its fork server answered: {verdict(res)}")
+    except ServerError:
+        pass
+    code = c.proc.wait(timeout=30)
+    check(code == 3, f"a server without its fork server exited with {code}, expected 3")
+    print(f"  fork server killed: the server exited {code} without an answer")
+
+
 def main():
     t0 = time.monotonic()
     test_wire()
@@ -406,6 +430,7 @@ def main():
         test_concurrent(a, b, cache_a)
         test_judge_killed(b)
         check(a.close() == 0 and b.close() == 0, "a server did not exit 0 on EOF")
+        test_forker_gone()
     finally:
         proc.kill()
         proc.wait()
