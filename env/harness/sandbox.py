@@ -1,4 +1,6 @@
-"""The sandbox around each evaluation: a child forked from the warm server.
+"""The sandbox around each evaluation: a child forked from the warm server,
+or, for a judge, from its fork server (env/harness/forker.py, which calls
+fork_child here), so that no judge inherits memory that held a job.
 
 In the child, before any job code runs:
   - os.setsid(): its own session and process group, so the group can be
