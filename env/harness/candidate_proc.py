@@ -155,7 +155,7 @@ class Runner:
         if model_new is None:
             return {"no_model": True, "patched": patched}
         try:
-            torch.manual_seed(int(req["seed"]))
+            loader.seed_all(int(req["seed"]))
             self.model = model_new(*self.init_inputs).to(self.device)
         except BaseException as e:
             return dict(_raised(e), where="while building ModelNew", patched=patched)

@@ -338,7 +338,7 @@ class Evaluation(JudgeTiming):
                 self.stop("error", f"the task defines no {name}")
         try:
             self.init_inputs = list(self.task.get_init_inputs())
-            torch.manual_seed(self.opts["seed"])
+            loader.seed_all(self.opts["seed"])
             self.ref_model = self.task.Model(*self.init_inputs).to(self.device)
         except BaseException as e:
             self.stop("error", f"the task's Model could not be built: {type(e).__name__}: {e}")
@@ -597,6 +597,9 @@ class Evaluation(JudgeTiming):
     def _correctness(self):
         t0 = time.perf_counter()
         claims = self._trial_claims()
+        # waiting for the candidate's process to finish its trials, beyond
+        # the judge's own work beside them
+        self.phases["correctness_wait"] = timing.ms_since(t0)
         launches = {}
         outs, ptrs = {}, {}
         first_failure = None

@@ -49,7 +49,7 @@ from env.harness.client import HarnessServer  # noqa: E402
 
 PHASE_ORDER = ("sandbox", "setup", "check", "load", "time_clean", "time_clean_first", "time_clean_batches",
                "candidate_load", "reference_outputs", "reference_fp64", "reference_profile", "correctness",
-               "correctness_judge", "time", "time_warmup", "time_steady", "time_batches", "time_verify",
+               "correctness_wait", "correctness_judge", "time", "time_warmup", "time_steady", "time_batches", "time_verify",
                "time_reference", "gate", "profile", "boundary", "spare_ready", "reference", "child_wall", "total")
 
 
