@@ -361,14 +361,26 @@ def _match_rules(qname):
     return _match_direct(qname)
 
 
+# PREFIX_RULES by prefix: (its place in the list, reason), the first when a
+# prefix is listed twice. A name matches a rule when one of its dotted
+# prefixes is the rule's; of several, the earliest in the list decides.
+_PREFIX_INDEX = {}
+for _i, (_prefix, _reason) in enumerate(PREFIX_RULES):
+    _PREFIX_INDEX.setdefault(_prefix, (_i, _reason))
+
+
 def _match_direct(qname):
-    for prefix, reason in PREFIX_RULES:
-        if qname == prefix or qname.startswith(prefix + "."):
-            return reason
+    parts = qname.split(".")
+    best = None
+    for k in range(1, len(parts) + 1):
+        hit = _PREFIX_INDEX.get(".".join(parts[:k]))
+        if hit is not None and (best is None or hit[0] < best[0]):
+            best = hit
+    if best is not None:
+        return best[1]
     for prefix, reason in PREFIX_FAMILY_RULES:
         if qname.startswith(prefix):
             return reason
-    parts = qname.split(".")
     if len(parts) > 1 and parts[0] == "os" and parts[1] not in OS_ALLOWED:
         return "static:file_access"
     return None
@@ -382,7 +394,10 @@ class _Checker:
         self.rebound = set()       # module-level names that shadow builtins
         self.parents = {}
         self._bindings = {}        # function node -> the names it binds
-        for node in ast.walk(tree):
+        # every node, in ast.walk's order: the passes below read this list
+        # rather than walking the tree again each (a third of the check's time)
+        self.nodes = list(ast.walk(tree))
+        for node in self.nodes:
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
 
@@ -416,7 +431,7 @@ class _Checker:
         return isinstance(node, ast.Name) and (node.id in self.aliases or node.id == "__builtins__")
 
     def collect_imports(self):
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -533,7 +548,7 @@ class _Checker:
 
     # ---- the generic walk ---------------------------------------------------
     def walk(self):
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, (ast.Attribute, ast.Name)) or _is_const_getattr(node):
                 q = self.qualified(node)
                 if q:
@@ -707,7 +722,7 @@ class _Checker:
     # ---- kernels and the forward -------------------------------------------
     def kernels(self):
         names = set()
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for dec in node.decorator_list:
                     d = dec.func if isinstance(dec, ast.Call) else dec
