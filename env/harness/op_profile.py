@@ -8,7 +8,9 @@ in a fresh process, and every job runs in one. The ops timed are the ones
 the forward decomposes into (aten::addmm, aten::relu, ...), each counted
 once, so shares of their sum add up to 1. It is a hint for where the
 reference spends its time, not a measurement the reward depends on: one
-warm forward is enough.
+warm forward is enough. It is the task's, not the candidate's: the server
+keeps the first judge's and hands it to the next judges of the task
+(server.Server.keep_clean), which then skip it.
 """
 
 import time
@@ -47,6 +49,15 @@ class _OpTimer(TorchDispatchMode):
             t = a.elapsed_time(b) if self.cuda else (b - a) * 1000.0
             out[name] = out.get(name, 0.0) + t
         return out
+
+
+def valid_profile(p):
+    """True for a profile as op_profile makes it: at most TOP entries, each
+    an op name and a share in [0, 1]."""
+    return isinstance(p, list) and len(p) <= TOP and all(
+        isinstance(e, dict) and set(e) == {"name", "share"} and isinstance(e["name"], str) and len(e["name"]) <= 200
+        and isinstance(e["share"], (int, float)) and not isinstance(e["share"], bool) and 0 <= e["share"] <= 1
+        for e in p)
 
 
 def op_profile(forward, device, top=TOP):

@@ -51,8 +51,8 @@ import torch
 import torch._dynamo  # noqa: F401  here once, not in every child (guards.py says why it is needed)
 import triton
 
-from env.harness import (candidate_sandbox, evaluate, forker, guards, judge_timing, kernel_cache, profiler, protocol, reference,
-                         sandbox, timing)
+from env.harness import (candidate_sandbox, evaluate, forker, guards, judge_timing, kernel_cache, op_profile, profiler,
+                         protocol, reference, sandbox, timing)
 
 GPU_CHECK_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 120.0
@@ -67,6 +67,7 @@ JUDGE_RETRIES = 1        # re-runs of a job whose judge died
 # reference and the empty batch timed before any candidate code ran) is
 # kept per task, GPU and options and handed to the next judges of the same
 # task for this long, then measured again; at most CLEAN_CACHE_MAX tasks.
+# The reference's op profile is kept the same way.
 CLEAN_CACHE_S = 600.0
 CLEAN_CACHE_MAX = 512
 PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
@@ -80,6 +81,13 @@ def speedup_of(ref, cand):
     if not ref or not cand or not cand.get("median") or cand["median"] <= 0:
         return None
     return ref["median"] / cand["median"]
+
+
+def _keep(cache, key, value):
+    """cache[key] = (now, value), the oldest entry dropped at CLEAN_CACHE_MAX."""
+    if key not in cache and len(cache) >= CLEAN_CACHE_MAX:
+        cache.pop(min(cache, key=lambda k: cache[k][0]))
+    cache[key] = (time.monotonic(), value)
 
 
 def recheck_drawn():
@@ -361,6 +369,7 @@ class Server:
         self.spares = []  # children forked ahead, oldest first
         self.isolation = {}
         self.clean = {}  # clean_key -> (monotonic time, baseline)
+        self.profiles = {}  # clean_key -> (monotonic time, the reference's op profile)
         self.clean_cache_s = CLEAN_CACHE_S  # main() sets DK_KG_CLEAN_CACHE_S's
         try:
             os.fstat(3)
@@ -625,20 +634,26 @@ class Server:
         count)."""
         job = dict(job)
         job.pop("clean_baseline", None)
+        job.pop("reference_profile", None)
         hit = self.clean.get(key)
         if hit is not None and time.monotonic() - hit[0] < self.clean_cache_s:
             job["clean_baseline"] = hit[1]
+        hit = self.profiles.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self.clean_cache_s:
+            job["reference_profile"] = hit[1]
         return job
 
     def keep_clean(self, key, res):
-        """Takes the clean baseline a judge measured out of its result, for
-        the next judges of the task."""
+        """Takes the clean baseline a judge measured out of its result, and
+        keeps the reference's op profile it measured, for the next judges of
+        the task."""
         clean = res.pop("clean_baseline", None)
-        if not judge_timing.valid_clean_baseline(clean):
-            return
-        if len(self.clean) >= CLEAN_CACHE_MAX:
-            self.clean.pop(min(self.clean, key=lambda k: self.clean[k][0]))
-        self.clean[key] = (time.monotonic(), clean)
+        if judge_timing.valid_clean_baseline(clean):
+            _keep(self.clean, key, clean)
+        # The reference's op profile (the feedback's bottleneck line) is the
+        # task's, not the candidate's: measured once, then handed on.
+        if not res.pop("reference_profile_given", False) and op_profile.valid_profile(res.get("reference_profile")):
+            _keep(self.profiles, key, res["reference_profile"])
 
     def run_judge(self, job, opts):
         key = self.clean_key(job, opts)

@@ -176,10 +176,18 @@ def test_stability(server, n=10):
     src = corpus.read(os.path.join(corpus.HERE, "candidates", "gemm_bias_relu__triton_full.py"))
     task = corpus.task_source("gemm_bias_relu", gpu=True)
     speedups, means, medians, refs = [], [], [], []
+    first_profile = None
     for i in range(n):
         res = run(server, task, src, job_id=f"stability-{i}")
         if not check(res["status"] == "ok" and res["speedup"], f"stability run {i}: {res['status']} {res['error'][:200]}"):
             return
+        # the reference's op profile: measured by a first judge of the task,
+        # then handed on by the server to the next ones
+        rp = res.get("reference_profile")
+        check(isinstance(rp, list) and rp and "reference_profile_given" not in res,
+              f"stability run {i}: reference profile {rp} {res.get('reference_profile_error')}")
+        first_profile = first_profile or rp
+        check(rp == first_profile, f"stability run {i}: the reference profile changed within the cache's life")
         speedups.append(res["speedup"])
         means.append(res["runtime_ms"]["mean"])
         medians.append(res["runtime_ms"]["median"])

@@ -369,7 +369,7 @@ def test_clean_cache():
     handed to later jobs of the same task while fresh, never taken from the
     job itself."""
     srv = server.Server.__new__(server.Server)
-    srv.clean = {}
+    srv.clean, srv.profiles = {}, {}
     srv.clean_cache_s = server.CLEAN_CACHE_S
     opts = protocol.resolve_options({})
     job = {"task_source": "task A", "device": "cuda", "gpu": 0, "clean_baseline": {"ref": [0.001], "null_per_call": 0}}
@@ -390,6 +390,27 @@ def test_clean_cache():
     srv.clean[key] = (time.monotonic() - server.CLEAN_CACHE_S - 1.0, good)
     check("clean_baseline" not in srv.clean_for(job, key), "clean cache: a stale baseline was handed on")
     print("  clean cache: kept per task and options, stale and malformed ones dropped, a job's own ignored")
+    # The reference's op profile: kept from the judge that measured it,
+    # never from a job or a judge that was handed one.
+    prof = [{"name": "aten::addmm", "share": 0.75}, {"name": "aten::relu", "share": 0.25}]
+    check("reference_profile" not in srv.clean_for(dict(job, reference_profile=prof), key),
+          "profile cache: a job's own profile was passed on")
+    res = {"reference_profile": list(prof)}
+    srv.keep_clean(key, res)
+    check(srv.clean_for(job, key).get("reference_profile") == prof and res.get("reference_profile") == prof,
+          "profile cache: not kept from the judge that measured it")
+    check("reference_profile" not in srv.clean_for(other, other_key), "profile cache: handed to another task")
+    handed = {"reference_profile": [{"name": "aten::mm", "share": 1.0}], "reference_profile_given": True}
+    srv.keep_clean(other_key, handed)
+    check("reference_profile" not in srv.clean_for(other, other_key) and "reference_profile_given" not in handed,
+          "profile cache: kept a profile the judge was handed")
+    for bad in ([{"name": "x", "share": 2.0}], [{"name": 3, "share": 0.5}], "aten::mm",
+                [{"name": "x", "share": 0.1}] * 9, [{"name": "x", "share": 0.5, "extra": 1}]):
+        srv.keep_clean(other_key, {"reference_profile": bad})
+        check("reference_profile" not in srv.clean_for(other, other_key), f"profile cache: kept a malformed {bad}")
+    srv.profiles[key] = (time.monotonic() - server.CLEAN_CACHE_S - 1.0, prof)
+    check("reference_profile" not in srv.clean_for(job, key), "profile cache: a stale profile was handed on")
+    print("  profile cache: the measuring judge's profile kept per task; handed, malformed and stale ones not")
 
 
 def main():
