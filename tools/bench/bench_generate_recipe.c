@@ -284,14 +284,20 @@ static void bench_batch64(bench_model *bm, const char *name, int graphs, double 
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    double bw = 0.0, hf = 0.0, hf_static = 0.0, rl_gb = 96.0;
+    double bw = 0.0, hf = 0.0, hf_static = 0.0, rl_gb = 0.0; /* 0: the plan's 96 GB, fitted below */
     int quick = 0, graphs = 1;
     const char *only = NULL, *rl_model = "1.7b";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
         else if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf = atof(argv[++i]);
         else if (!strcmp(argv[i], "--hf-static-tps") && i + 1 < argc) hf_static = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--rl-gb") && i + 1 < argc) rl_gb = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--rl-gb") && i + 1 < argc) {
+            rl_gb = atof(argv[++i]);
+            if (!(rl_gb > 0.0)) {
+                fprintf(stderr, "bench_generate_recipe: --rl-gb %s: expected a positive number of GB\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--rl-model") && i + 1 < argc) rl_model = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -314,8 +320,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_generate_recipe: --rl-model %s: expected 1.7b, 8b or 14b\n", rl_model);
         return 2;
     }
-    if (!(rl_gb > 0.0) || bw < 0.0 || hf < 0.0 || hf_static < 0.0) {
-        fprintf(stderr, "bench_generate_recipe: --rl-gb, --bw, --hf-tps and --hf-static-tps must be positive\n");
+    if (bw < 0.0 || hf < 0.0 || hf_static < 0.0) {
+        fprintf(stderr, "bench_generate_recipe: --bw, --hf-tps and --hf-static-tps must be positive\n");
         return 2;
     }
     if (device_count() == 0 || !ops_cuda_available()) {
@@ -337,6 +343,18 @@ int main(int argc, char **argv) {
         if (!only || !strcmp(only, "rl")) {
             bench_model_open(&bm, rl_cfg, &ctx);
             printf("model: Qwen3-%s shape, %.2f GB of bf16 weights\n", rl_model, bm.weight_bytes / 1e9);
+            if (rl_gb == 0.0) {
+                /* The plan's 96 GB is for a 141 GB H200; on a smaller card keep
+                 * what the weights leave, less 16 GB for activations and the
+                 * allocator, so the case still runs (with more preemption). */
+                const double fit = (device_free_bytes(0) - (double)bm.weight_bytes) / 1e9 - 16.0;
+                rl_gb = fit < 96.0 ? fit : 96.0;
+                if (rl_gb < 96.0) printf("KV budget fitted to this card: %.0f GB (the plan's 96 GB does not fit)\n", rl_gb);
+                if (!(rl_gb > 1.0)) {
+                    fprintf(stderr, "bench_generate_recipe: too little device memory for the RL shape's KV cache\n");
+                    return 1;
+                }
+            }
             bench_rl(&bm, quick ? 4 : 16, (size_t)(rl_gb * 1e9), graphs, bw, hf, hf_static);
             bench_model_close(&bm);
         }
