@@ -221,6 +221,33 @@ BIN_MIN = 32
 BIN_RATIO = 2.0
 
 
+# Rows of the per-class scatter (_per_class): at least this many elements
+# to a row, at most this many rows.
+CLASS_ROW_MIN = 256
+CLASS_ROWS = 4096
+
+
+def _per_class(cls, w, v, n_cls):
+    """The sum of w and the largest v (v >= 0; 0 for an empty class) per
+    class, cls flat. The elements are scattered row by row into a
+    [rows, n_cls] table and the rows then reduced: on a GPU the atomics of
+    one flat scatter all land on the few addresses of the classes that
+    hold most elements and serialise there (31 ms of a 38 ms judgement of
+    a 16M-element output on an H100), while a row's land on its own ones
+    (under 1 ms). w holds 0/1 weights, so the row sums are exact in any
+    order and the figures equal the flat scatter's bit for bit."""
+    n = cls.numel()
+    rows = max(1, min(CLASS_ROWS, n // CLASS_ROW_MIN))
+    per = -(-n // rows)
+    pad = rows * per - n
+    if pad:  # class 0, weight 0, value 0: changes neither figure
+        cls, w, v = (torch.nn.functional.pad(x, (0, pad)) for x in (cls, w, v))
+    z = torch.zeros(rows, n_cls, dtype=torch.float64, device=w.device)
+    cnt = z.clone().scatter_add_(1, cls.view(rows, per), w.view(rows, per)).sum(0)
+    top = z.scatter_reduce_(1, cls.view(rows, per), v.view(rows, per), reduce="amax").amax(0)
+    return cnt, top
+
+
 def _class_windows(cls, w, v, n_cls):
     """Per magnitude class b: the count (sum of the weights w) and the
     largest v over b's window, the classes from b - 1 up to b + 1, and on
@@ -228,9 +255,7 @@ def _class_windows(cls, w, v, n_cls):
     values borrows from the larger ones above, never from smaller ones).
     Vectorised over an n_cls x n_cls mask: no wait for the device."""
     dev = w.device
-    z = torch.zeros(n_cls, dtype=torch.float64, device=dev)
-    cnt = z.clone().scatter_add_(0, cls, w)
-    top = z.scatter_reduce_(0, cls, v, reduce="amax")
+    cnt, top = _per_class(cls, w, v, n_cls)
     b = torch.arange(n_cls, device=dev).unsqueeze(1)
     c = torch.arange(n_cls, device=dev).unsqueeze(0)
     start = (b - 1).clamp(min=0)

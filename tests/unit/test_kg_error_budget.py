@@ -7,6 +7,7 @@
   accepted at K = 8 (and would not be at K = 4), another summation order on
   the cancellation task is accepted by the budget, bf16 and fp16 kernels on
   a GEMM and on the cancellation task are rejected;
+  the per-class scatter row by row equals the flat one bit for bit;
   the reference's op profile on a model whose time is one big matmul;
   the judge end to end (the warm server, Triton's interpreter): the
   cancellation task's honest kernel passes with correct_rule fp64_budget,
@@ -299,6 +300,23 @@ def test_magnitude_classes():
         check(v["ok"] and close(v["ratio"], v_flat["ratio"]), f"rows seed {seed}: {v['ratio']} vs {v_flat['ratio']}")
 
 
+def test_per_class():
+    # The row-by-row scatter (_per_class) against the flat one it replaces,
+    # on sizes that fill no row, part of one, and many with a ragged tail:
+    # the counts and the maxima must be equal bit for bit.
+    g = torch.Generator().manual_seed(11)
+    n_cls = 2 * eb.DECADES + 1
+    for n in (1, 7, eb.CLASS_ROW_MIN - 1, eb.CLASS_ROW_MIN, 1000, 100003, eb.CLASS_ROWS * eb.CLASS_ROW_MIN + 5):
+        cls = torch.randint(0, n_cls, (n,), generator=g)
+        w = (torch.rand(n, generator=g) > 0.2).to(torch.float64)
+        v = torch.rand(n, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-8, 8, (n,), generator=g) * w
+        z = torch.zeros(n_cls, dtype=torch.float64)
+        cnt, top = eb._per_class(cls, w, v, n_cls)
+        check(torch.equal(cnt, z.clone().scatter_add_(0, cls, w)), f"per class: counts differ at {n} elements")
+        check(torch.equal(top, z.clone().scatter_reduce_(0, cls, v, reduce="amax")),
+              f"per class: maxima differ at {n} elements")
+
+
 def test_op_profile():
     # One 1024^3 matmul (2 GFLOP, milliseconds) next to a relu of 4096
     # elements (microseconds): the matmul is the time.
@@ -485,6 +503,7 @@ def main():
     test_train_eval()
     test_realistic()
     test_magnitude_classes()
+    test_per_class()
     test_op_profile()
     test_judge()
     print(f"error budget: {len(failures)} failures")
