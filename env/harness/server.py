@@ -51,8 +51,8 @@ import torch
 import torch._dynamo  # noqa: F401  here once, not in every child (guards.py says why it is needed)
 import triton
 
-from env.harness import (candidate_sandbox, evaluate, forker, guards, judge_timing, kernel_cache, op_profile, profiler,
-                         protocol, reference, sandbox, timing)
+from env.harness import (candidate_sandbox, error_budget, evaluate, forker, guards, judge_timing, kernel_cache,
+                         op_profile, profiler, protocol, reference, sandbox, timing)
 
 GPU_CHECK_TIMEOUT_S = 60.0
 PROBE_TIMEOUT_S = 120.0
@@ -310,6 +310,10 @@ def prepare_child(device, isolation):
     t0 = time.perf_counter()
     timing.prewarm(torch.device("cuda"), guards.Timers())
     evaluate.AHEAD_MS["ahead_prewarm"] = timing.ms_since(t0)
+    # the judge's own rule on the outputs (error_budget.prewarm)
+    t0 = time.perf_counter()
+    error_budget.prewarm(torch.device("cuda"))
+    evaluate.AHEAD_MS["ahead_judge"] = timing.ms_since(t0)
 
 
 def prefork_depth(value):
