@@ -26,7 +26,8 @@
  * 1.7B / 8B / 14B) are the engine's own bf16 copy, without gradients; the KV
  * budget is stated per case: 96 GB for the RL shape (837k tokens of the
  * 1.7B: all 256 conversations at 3k tokens unshared, 786k, fit; the second
- * turn without sharing does not, and preempts), 8 GB for 32k context, 24 GB
+ * turn without sharing does not, and preempts; on a card too small for it,
+ * what the weights leave less 16 GB, said in the output), 8 GB for 32k context, 24 GB
  * for 8B and 14B at batch 64 (163k and 147k tokens against 49k needed).
  *
  * Usage: bench_generate_recipe [--bw BYTES_PER_S] [--hf-tps X] [--hf-static-tps X] [--rl-gb GB]
