@@ -318,12 +318,14 @@ def prepare_child(device, isolation):
 
 def prefork_depth(value):
     """DK_KG_PREFORK: how many children are forked ahead of their jobs (0:
-    none, each job forks its own when it arrives). Unset: 2. A child's
-    setup (its sandbox, its candidate's process and both CUDA contexts:
-    about 0.75 s on an H200) then has two jobs' time to finish; with one,
-    a job shorter than that waited for the next job's child."""
+    none, each job forks its own when it arrives). Unset: 3. A child's
+    setup (its sandbox, its candidate's process, both CUDA contexts, the
+    handles and the judge's prewarm: about 1.0 s on an H200) then has
+    three jobs' time to finish. With two, a job after two short ones
+    (0.3-0.5 s each) waited 0.15-0.4 s for its child: 3 or 4 jobs in 20
+    of tools/bench/bench_kernelgym.py, 0.1 s on the median overhead."""
     if value is None or value.strip() == "":
-        return 2
+        return 3
     try:
         n = int(value)
     except ValueError:
