@@ -499,6 +499,7 @@ def _ahead_body(prepare, runner, isolation, job_fd, ready_fd):
         prepare(isolation)
     except Exception:  # the job meets the same failure and reports it in its own words
         pass
+    ready_at = time.monotonic()  # CLOCK_MONOTONIC: the server's clock too
     try:  # the server may have stopped listening: its job came first
         os.write(ready_fd, b"r")
     except OSError:
@@ -508,7 +509,10 @@ def _ahead_body(prepare, runner, isolation, job_fd, ready_fd):
     os.close(job_fd)
     if not payload:
         os._exit(0)  # given back without a job
-    return runner(json.loads(payload.decode("utf-8")), isolation)
+    job = json.loads(payload.decode("utf-8"))
+    if isinstance(job, dict):
+        job["ready_at"] = ready_at
+    return runner(job, isolation)
 
 
 def spawn_ahead(prepare, runner, limits, workdir, env, writable_dirs, key=None, candidate=None, forker=None):

@@ -335,7 +335,21 @@ def prefork_depth(value):
     return n
 
 
+def setup_wait_ms(payload):
+    """How long a job, handed over at payload's sent_at (the server's
+    monotonic clock), waited for its judge's setup ahead (prepare_child),
+    finished at ready_at (the judge's, the same CLOCK_MONOTONIC): 0 when
+    the judge was ready first; None without both times."""
+    sent, ready = payload.get("sent_at"), payload.get("ready_at")
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in (sent, ready)):
+        return None
+    return max(0.0, ready - sent) * 1000.0
+
+
 def _run_job(payload, isolation):
+    wait = setup_wait_ms(payload)
+    if wait is not None:
+        evaluate.AHEAD_MS["setup_wait"] = wait
     return evaluate.evaluate(payload["job"], payload["opts"], isolation)
 
 
@@ -675,14 +689,14 @@ class Server:
         self.drop_spares(keep_key=key)
         while child is None and self.spares:
             spare = self.spares.pop(0)
-            if sandbox.send_job(spare, {"job": job, "opts": opts}):
+            if sandbox.send_job(spare, {"job": job, "opts": opts, "sent_at": time.monotonic()}):
                 child, ahead = spare, True
             else:
                 shutil.rmtree(spare.workdir, ignore_errors=True)
         if child is None:
             # forked now by the fork server, given its job through its pipe
             child = self.fork_judge(key, limits, device, gpu)
-            if not sandbox.send_job(child, {"job": job, "opts": opts}):
+            if not sandbox.send_job(child, {"job": job, "opts": opts, "sent_at": time.monotonic()}):
                 shutil.rmtree(child.workdir, ignore_errors=True)
                 raise OSError("a judge forked for the job did not take it")
         # One child is forked ahead per job, at its start; the depth is

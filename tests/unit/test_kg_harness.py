@@ -10,7 +10,8 @@ protocol over the test corpus in tests/kernelgym.
   faults             -> the expected status, and the next honest job is fine
   bad input          -> a clear status and message, and the server goes on
 
-Also: the ready line, ping, gpu_check without a GPU, a forged result on the
+Also: the ready line, ping, gpu_check without a GPU, setup_wait (hand-computed
+cases, and within each job's time in its judge), a forged result on the
 candidate's stdout, the sandbox's file system and network isolation (checked
 from outside), no process left behind, exit code 0 on EOF.
 """
@@ -69,7 +70,7 @@ def descendants_of(pid):
 # DK_KG_PREFORK=0 (tests/unit/test_kg_harness_noprefork.sh) none may. The
 # verdicts must be the same either way.
 PREFORK = os.environ.get("DK_KG_PREFORK", "1") != "0"
-jobs_run = {"all": 0, "ahead": 0}
+jobs_run = {"all": 0, "ahead": 0, "setup_wait": 0}
 
 
 def run(server, task, candidate, options=None, job_id="job", gpu_task=False):
@@ -78,7 +79,24 @@ def run(server, task, candidate, options=None, job_id="job", gpu_task=False):
     res = server.evaluate(corpus.task_source(task, gpu_task), candidate, "cpu", opts, job_id)
     jobs_run["all"] += 1
     jobs_run["ahead"] += bool(res.get("forked_ahead"))
+    ph = res.get("phases_ms") or {}
+    if "setup_wait" in ph:
+        # the wait for the judge's setup lies inside the job's time in its judge
+        jobs_run["setup_wait"] += 1
+        check(isinstance(ph["setup_wait"], float) and 0.0 <= ph["setup_wait"] <= ph.get("child_wall", 0.0) + 5.0,
+              f"{job_id}: setup_wait {ph['setup_wait']} outside 0..child_wall {ph.get('child_wall')}")
     return res
+
+
+def test_setup_wait_ms():
+    # hand-computed: handed over at 10.0 s, judge ready at 10.25 s: 250 ms;
+    # ready before the job came: no wait; a missing or bad time: none.
+    from env.harness import server as srv
+    check(abs(srv.setup_wait_ms({"sent_at": 10.0, "ready_at": 10.25}) - 250.0) < 1e-9, "setup_wait 250 ms")
+    check(srv.setup_wait_ms({"sent_at": 10.25, "ready_at": 10.0}) == 0.0, "setup_wait of a ready judge")
+    for p in ({"sent_at": 1.0}, {"ready_at": 1.0}, {"sent_at": True, "ready_at": 2.0},
+              {"sent_at": "1", "ready_at": 2.0}, {"sent_at": float("nan"), "ready_at": 2.0}):
+        check(srv.setup_wait_ms(p) is None, f"setup_wait of {p}")
 
 
 def honest_probe(server, after):
@@ -270,6 +288,7 @@ def main():
     gc = server.request({"kind": "gpu_check", "gpu": 0})
     check(gc["gpu_ok"] is False and gc["error"], f"gpu_check without a GPU: {gc}")
 
+    test_setup_wait_ms()
     n_honest = test_honest(server)
     caught = test_hacks(server)
     test_faults(server, isolation)
@@ -282,6 +301,11 @@ def main():
               f"only {jobs_run['ahead']} of {jobs_run['all']} jobs ran in a child forked ahead")
     else:
         check(jobs_run["ahead"] == 0, f"{jobs_run['ahead']} jobs ran in a child forked ahead with DK_KG_PREFORK off")
+    # every job that reached a judge, forked ahead or not, says how long it
+    # waited for that judge's setup
+    print(f"setup_wait: reported by {jobs_run['setup_wait']} of {jobs_run['all']} jobs")
+    check(jobs_run["setup_wait"] >= jobs_run["all"] // 2,
+          f"only {jobs_run['setup_wait']} of {jobs_run['all']} jobs report setup_wait")
     import shutil
     shutil.rmtree(cache, ignore_errors=True)
     for n in notes:

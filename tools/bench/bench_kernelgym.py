@@ -50,7 +50,8 @@ from env.harness.client import HarnessServer  # noqa: E402
 PHASE_ORDER = ("sandbox", "setup", "check", "load", "time_clean", "time_clean_first", "time_clean_batches",
                "candidate_load", "reference_outputs", "reference_fp64", "reference_profile", "correctness",
                "correctness_wait", "correctness_judge", "time", "time_warmup", "time_steady", "time_batches", "time_verify",
-               "time_reference", "gate", "profile", "boundary", "spare_ready", "reference", "child_wall", "total")
+               "time_reference", "gate", "profile", "boundary", "spare_ready", "setup_wait", "reference", "child_wall",
+               "total")
 
 
 def phase_medians(rows):
@@ -167,6 +168,15 @@ def main():
     phases = phase_medians(measured)
     summary["phase_medians_ms"] = phases
     print("median ms per phase: " + " ".join(f"{k}={v:.0f}" for k, v in phases.items()))
+    # A job whose judge, forked ahead, had not finished its setup when the
+    # job came (DK_KG_PREFORK too shallow for jobs this short) waited for it.
+    waits = [(r["phases_ms"] or {}).get("setup_wait") for r in measured]
+    waits = [w for w in waits if isinstance(w, (int, float))]
+    waited = [w for w in waits if w >= 1.0]
+    summary["setup_waits_ms"] = waits
+    if waits:
+        print(f"jobs that waited for their judge's setup: {len(waited)} of {len(waits)}"
+              + (f" (median {statistics.median(waited):.0f} ms, max {max(waited):.0f} ms)" if waited else ""))
     print(f"clean timing baseline from the server's cache (DK_KG_CLEAN_CACHE_S) in {summary['clean_cached']} of "
           f"{len(measured)} evaluations")
     print(f"throughput: {summary['jobs_per_minute']:.1f} jobs/minute ({total:.1f} s for {args.jobs} jobs); "
