@@ -11,7 +11,8 @@
  *    (the stronger anchor: plain generate is bound by its host loop at
  *    batch 64 and swings between runs), and the decode phase against
  *    the memory roofline: every step must read all weights (3.44 GB) and every
- *    live sequence's cached K/V, at the copy bandwidth (--bw, 4.27 TB/s).
+ *    live sequence's cached K/V, at the copy bandwidth measured first
+ *    (bench_bandwidth.h; --bw sets another).
  * 2. batch 1, 1k-token context: per-token latency against the same roofline.
  * 3. the launch question: for one decode step at batch 1 and 64, the host
  *    time to queue the step's kernels, the time of the step when the host
@@ -55,6 +56,7 @@
 #include "model/generate.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "tools/bench/bench_bandwidth.h"
 #include "tools/bench/bench_shapes.h"
 #include "tools/bench/bench_weights.h"
 
@@ -478,12 +480,18 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
-    double hf_tps = 0.0, hf_static_tps = 0.0, bw = 4.27e12;
+    double hf_tps = 0.0, hf_static_tps = 0.0, bw = 0.0; /* 0: measured on this device */
     int quick = 0, graphs = 1, pdl = 1, chain_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
         else if (!strcmp(argv[i], "--hf-static-tps") && i + 1 < argc) hf_static_tps = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--bw") && i + 1 < argc) {
+            bw = atof(argv[++i]);
+            if (!(bw > 0.0)) {
+                fprintf(stderr, "bench_generate: --bw %s: expected a positive number of bytes per second\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
         else if (!strcmp(argv[i], "--no-pdl")) pdl = 0;
@@ -506,6 +514,10 @@ int main(int argc, char **argv) {
     ops_ctx ctx;
     must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, (size_t)256 << 20), "ctx");
     ctx.tuning.no_pdl = !pdl;
+    const double measured = bench_copy_bandwidth(&ctx);
+    if (bw == 0.0) bw = measured;
+    printf("copy bandwidth: %.2f TB/s measured (1 GiB device to device, read + write); roofline at %.2f TB/s%s\n",
+           measured / 1e12, bw / 1e12, bw != measured ? " (--bw)" : "");
     model m;
     must(model_create(&m, c, &ctx, 8, 0), "model_create");
     double t0 = dk_now();

@@ -44,6 +44,7 @@
 #include "kernels/ops.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "tools/bench/bench_bandwidth.h"
 #include "tools/bench/bench_shapes.h"
 #include "tools/bench/bench_weights.h"
 
@@ -84,27 +85,6 @@ static void bench_model_close(bench_model *b) {
 }
 
 /* ---- measurements ---------------------------------------------------------------- */
-
-/* Device-to-device copy of 1 GiB, read + write bytes per second. */
-static double copy_bandwidth(ops_ctx *ctx) {
-    const size_t bytes = (size_t)1 << 30;
-    void *a = ops_alloc(ctx, bytes), *b = ops_alloc(ctx, bytes);
-    ops_zero(ctx, a, bytes);
-    ops_sync(ctx);
-    double best = 0.0;
-    for (int rep = 0; rep < 3; rep++) {
-        const int N = 10;
-        double t0 = dk_now();
-        for (int i = 0; i < N; i++)
-            if (cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)ctx->stream) != cudaSuccess)
-                DK_ABORT("bench_generate_recipe: cudaMemcpyAsync failed");
-        ops_sync(ctx);
-        const double bw = 2.0 * bytes * N / (dk_now() - t0);
-        if (bw > best) best = bw;
-    }
-    ops_free(ctx, a), ops_free(ctx, b);
-    return best;
-}
 
 static void random_tokens(int32_t *t, int n, int V) {
     for (int i = 0; i < n; i++) t[i] = (int32_t)(bench_next_u64(&rng) % (uint64_t)V);
@@ -334,7 +314,7 @@ int main(int argc, char **argv) {
     printf("device: %s\n", desc);
     ops_ctx ctx;
     must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, (size_t)256 << 20), "ctx");
-    const double measured = copy_bandwidth(&ctx);
+    const double measured = bench_copy_bandwidth(&ctx);
     if (bw == 0.0) bw = measured;
     printf("copy bandwidth: %.2f TB/s measured (1 GiB device to device, read + write); roofline at %.2f TB/s%s\n",
            measured / 1e12, bw / 1e12, bw != measured ? " (--bw)" : "");
