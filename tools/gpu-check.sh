@@ -52,6 +52,6 @@ if [ -z "$quick" ]; then
 fi
 build/bench_generate_recipe ${rhf:+--hf-tps $rhf} ${rhfs:+--hf-static-tps $rhfs} $q > "$out/bench_generate_recipe.log" 2>&1
 build/bench_generate ${hf:+--hf-tps $hf} --no-graphs --quick > "$out/bench_generate_nographs.log" 2>&1
-$DK_PYTHON tools/bench/bench_kernelgym.py > "$out/bench_kernelgym.log" 2>&1
+$DK_PYTHON tools/bench/bench_kernelgym.py --runs 3 > "$out/bench_kernelgym.log" 2>&1
 $DK_PYTHON tools/bench/bench_kernelgym.py --no-prefork > "$out/bench_kernelgym_noprefork.log" 2>&1
 for f in "$out"/bench_*.log; do echo "== $f"; grep -iE "ratio|x torch|roofline|fraction|overhead|jobs|TFLOP|TB/s|graphs|MFU" "$f" | head -20; done

@@ -27,7 +27,7 @@ to its later judges by the server (DK_KG_CLEAN_CACHE_S; 0 times it in
 every job, as before the cache), so after the cold pass "time_clean" shows
 only in jobs that measured one.
 
-    python tools/bench/bench_kernelgym.py [--jobs 20] [--gpu 0] [--device cuda|cpu] [--report FILE]
+    python tools/bench/bench_kernelgym.py [--jobs 20] [--runs 1] [--gpu 0] [--device cuda|cpu] [--report FILE]
 """
 
 import argparse
@@ -79,9 +79,14 @@ def main():
     ap.add_argument("--no-prefork", dest="prefork", action="store_false",
                     help="DK_KG_PREFORK=0: fork each job's child only when the job arrives "
                          "(default: the server's, children forked and set up during the jobs before)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="measure the --jobs evaluations this many times on the same warm server, after one cold "
+                         "pass, and print each run's median overhead and their median and spread")
     ap.add_argument("--pyprofile", type=int, default=0,
                     help="N > 0: profile each evaluation child and print the last job's N costliest calls")
     args = ap.parse_args()
+    if args.runs < 1 or args.jobs < 1:
+        ap.error("--runs and --jobs must be at least 1")
 
     cache = args.cache or tempfile.mkdtemp(prefix="kg-bench-cache-")
     env = {"DK_KG_CACHE": cache}
@@ -104,17 +109,20 @@ def main():
     # A cold pass first: each candidate once, paying its Triton compile and
     # its task's reference timing (both cached afterwards, as in an RL run
     # that revisits its tasks). It is reported apart from the measured set.
-    plan = [(i, True) for i in range(len(cands) if args.cold_pass else 0)] + \
-           [(i, False) for i in range(args.jobs)]
+    plan = [(i, True, -1) for i in range(len(cands) if args.cold_pass else 0)] + \
+           [(i, False, run) for run in range(args.runs) for i in range(args.jobs)]
     t_measured = None
-    for i, cold in plan:
+    run_spans = {}  # run -> [start, end] (monotonic s)
+    for i, cold, run in plan:
         if not cold and t_measured is None:
             t_measured = time.monotonic()
+        if not cold:
+            run_spans.setdefault(run, [time.monotonic(), None])
         name, src, m = cands[i % len(cands)]
         opts = {"perf_trials": args.perf_trials}
         t = time.monotonic()
         res = server.evaluate(corpus.task_for(m, args.device), src, args.device, opts,
-                              job_id=f"bench-{'cold-' if cold else ''}{i}", gpu=args.gpu)
+                              job_id=f"bench-{'cold-' if cold else f'r{run}-'}{i}", gpu=args.gpu)
         wall = time.monotonic() - t
         work = 0.0
         rt = res.get("runtime_ms")
@@ -129,15 +137,19 @@ def main():
                      "forked_ahead": res.get("forked_ahead"),
                      "overhead_s": wall - work, "pass": -1 if cold else i // len(cands), "reference_cached": res.get("reference_cached"),
                      "phases_ms": res.get("phases_ms"), "speedup": res.get("speedup"), "error": res.get("error", "")[:200],
-                     "kernels_seeded": res.get("kernels_seeded"), "timing_check": res.get("timing_check")})
+                     "kernels_seeded": res.get("kernels_seeded"), "timing_check": res.get("timing_check"),
+                     "run": run})
         last_profile = res.get("pyprofile")
+        if not cold:
+            run_spans[run][1] = time.monotonic()
     total = time.monotonic() - t_measured if t_measured is not None else 0.0
     server.close()
     if not args.cache:
         shutil.rmtree(cache, ignore_errors=True)
 
     where = f"GPU {args.gpu}" if args.device == "cuda" else "the CPU (Triton interpreter, no timing)"
-    print(f"server start {startup:.1f} s; {args.jobs} evaluations on {where}, {args.perf_trials} timed calls "
+    runs = f"{args.runs} runs of {args.jobs}" if args.runs > 1 else str(args.jobs)
+    print(f"server start {startup:.1f} s; {runs} evaluations on {where}, {args.perf_trials} timed calls "
           f"each{' after a cold pass over the ' + str(len(cands)) + ' candidates' if args.cold_pass else ''}"
           f"{'; children forked ahead' if args.prefork else '; children forked when the job arrives (--no-prefork)'}")
     print(f"{'job':>7} {'candidate':52s} {'status':8s} {'wall s':>7} {'gpu s':>7} {'ovh s':>7} {'speedup':>8}  phases ms")
@@ -145,7 +157,8 @@ def main():
         ph = r["phases_ms"] or {}
         brief = " ".join(f"{k}={ph[k]:.0f}" for k in PHASE_ORDER[:-1] if k in ph)
         sp = f"{r['speedup']:.2f}" if r["speedup"] else "-"
-        label = f"cold {r['job']}" if r["pass"] < 0 else str(r["job"])
+        label = f"cold {r['job']}" if r["pass"] < 0 else (f"{r['run'] + 1}:{r['job']}" if args.runs > 1
+                                                              else str(r["job"]))
         print(f"{label:>7} {r['candidate']:52s} {r['status']:8s} {r['wall_s']:7.2f} {r['gpu_work_s']:7.3f} "
               f"{r['overhead_s']:7.2f} {sp:>8}  {brief}")
     measured = [r for r in rows if r["pass"] >= 0]
@@ -155,12 +168,28 @@ def main():
         "median_overhead_s": statistics.median(r["overhead_s"] for r in measured),
         "max_overhead_s": max(r["overhead_s"] for r in measured),
         "median_overhead_cold_s": statistics.median(cold) if cold else None,
-        "jobs_per_minute": 60.0 * args.jobs / total if total > 0 else None,
+        "jobs_per_minute": 60.0 * len(measured) / total if total > 0 else None,
         "total_s": total,
         "failed": sum(r["status"] != "ok" for r in rows),
         "clean_cached": sum(bool((r["timing_check"] or {}).get("clean_cached")) for r in measured),
     }
-    print(f"median per-job overhead: {summary['median_overhead_s']:.3f} s over {args.jobs} evaluations "
+    if args.runs > 1:
+        # each run's median, then their median and spread: one run's median
+        # moves with the few jobs near it
+        per_run = []
+        for run in range(args.runs):
+            rr = [r for r in measured if r["run"] == run]
+            span = run_spans[run][1] - run_spans[run][0]
+            per_run.append({"median_overhead_s": statistics.median(r["overhead_s"] for r in rr),
+                            "jobs_per_minute": 60.0 * len(rr) / span if span > 0 else None})
+            print(f"run {run + 1}: median per-job overhead {per_run[-1]['median_overhead_s']:.3f} s, "
+                  f"{per_run[-1]['jobs_per_minute']:.1f} jobs/minute")
+        meds = [p["median_overhead_s"] for p in per_run]
+        summary["runs"] = per_run
+        summary["median_of_run_medians_s"] = statistics.median(meds)
+        print(f"median over {args.runs} runs of the per-run median overhead: {statistics.median(meds):.3f} s "
+              f"(min {min(meds):.3f}, max {max(meds):.3f}; target <= 0.6 s)")
+    print(f"median per-job overhead: {summary['median_overhead_s']:.3f} s over {len(measured)} evaluations "
           f"(max {summary['max_overhead_s']:.3f} s; target <= 0.6 s)")
     if cold:
         print(f"cold pass (Triton compile and reference timing included): median overhead "
@@ -179,7 +208,7 @@ def main():
               + (f" (median {statistics.median(waited):.0f} ms, max {max(waited):.0f} ms)" if waited else ""))
     print(f"clean timing baseline from the server's cache (DK_KG_CLEAN_CACHE_S) in {summary['clean_cached']} of "
           f"{len(measured)} evaluations")
-    print(f"throughput: {summary['jobs_per_minute']:.1f} jobs/minute ({total:.1f} s for {args.jobs} jobs); "
+    print(f"throughput: {summary['jobs_per_minute']:.1f} jobs/minute ({total:.1f} s for {len(measured)} jobs); "
           f"{summary['failed']} not ok")
     if args.pyprofile > 0 and last_profile:
         print(f"python profile of the evaluation child of job {args.jobs - 1}:\n{last_profile}")
