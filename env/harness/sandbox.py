@@ -534,9 +534,11 @@ def spawn_ahead(prepare, runner, limits, workdir, env, writable_dirs, key=None, 
 
 def send_job(child, payload):
     """Hands an ahead child its job; False when it is gone (the caller forks
-    a fresh child instead). The job's wall clock starts now."""
+    a fresh child instead). The job's wall clock starts now. The payload
+    goes with sent_at, the time it was handed over, and reaches the runner
+    with ready_at, when the child's setup ended (_ahead_body)."""
     _spares.discard(child.pid)
-    data = memoryview(json.dumps(payload).encode("utf-8"))
+    data = memoryview(json.dumps(dict(payload, sent_at=time.monotonic())).encode("utf-8"))
     # Non-blocking, with a deadline: a child stuck in its setup must not
     # hang the server on a full pipe.
     deadline = time.monotonic() + child.limits.timeout_s

@@ -689,14 +689,14 @@ class Server:
         self.drop_spares(keep_key=key)
         while child is None and self.spares:
             spare = self.spares.pop(0)
-            if sandbox.send_job(spare, {"job": job, "opts": opts, "sent_at": time.monotonic()}):
+            if sandbox.send_job(spare, {"job": job, "opts": opts}):
                 child, ahead = spare, True
             else:
                 shutil.rmtree(spare.workdir, ignore_errors=True)
         if child is None:
             # forked now by the fork server, given its job through its pipe
             child = self.fork_judge(key, limits, device, gpu)
-            if not sandbox.send_job(child, {"job": job, "opts": opts, "sent_at": time.monotonic()}):
+            if not sandbox.send_job(child, {"job": job, "opts": opts}):
                 shutil.rmtree(child.workdir, ignore_errors=True)
                 raise OSError("a judge forked for the job did not take it")
         # One child is forked ahead per job, at its start; the depth is
