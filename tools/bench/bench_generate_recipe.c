@@ -326,9 +326,10 @@ int main(int argc, char **argv) {
             printf("model: Qwen3-%s shape, %.2f GB of bf16 weights\n", rl_model, bm.weight_bytes / 1e9);
             if (rl_gb == 0.0) {
                 /* The plan's 96 GB is for a 141 GB H200; on a smaller card keep
-                 * what the weights leave, less 16 GB for activations and the
-                 * allocator, so the case still runs (with more preemption). */
-                const double fit = (device_free_bytes(0) - (double)bm.weight_bytes) / 1e9 - 16.0;
+                 * what the weights leave (they are allocated: free memory is
+                 * net of them), less 16 GB for activations and the allocator,
+                 * so the case still runs (with more preemption). */
+                const double fit = device_free_bytes(0) / 1e9 - 16.0;
                 rl_gb = fit < 96.0 ? fit : 96.0;
                 if (rl_gb < 96.0) printf("KV budget fitted to this card: %.0f GB (the plan's 96 GB does not fit)\n", rl_gb);
                 if (!(rl_gb > 1.0)) {
