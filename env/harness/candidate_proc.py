@@ -94,6 +94,8 @@ class Runner:
         self.counter.install()
         self.timers = guards.Timers()
         timing.prewarm(self.device, self.timers)
+        if self.device_type == "cuda":
+            evaluate.reserve_memory(self.device)
         self.snapshot = guards.FunctionSnapshot()
         self.prepare_ms = timing.ms_since(t0)
 

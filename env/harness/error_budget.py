@@ -99,12 +99,15 @@ def _move(x, device, to64=False):
 
 def fp64_device(model, inputs, out_bytes, device):
     """Where the fp64 copy runs: the judge's GPU when its estimated footprint
-    fits in half the free memory, else the CPU."""
+    fits in half the free memory (the driver's, plus what the judge's
+    allocator holds unused), else the CPU."""
     if device.type != "cuda":
         return device
     params = sum(p.numel() for p in list(model.parameters()) + list(model.buffers()))
     need = FP64_FOOTPRINT * (8 * params + 2 * _tensor_bytes(inputs) + 2 * out_bytes)
     free, _ = torch.cuda.mem_get_info(device)
+    # the judge's own cached blocks (timing.reserve_memory) are free for it
+    free += max(0, torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     return device if need < free // 2 else torch.device("cpu")
 
 

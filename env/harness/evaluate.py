@@ -90,6 +90,16 @@ def cuda_context():
     return device
 
 
+def reserve_memory(device):
+    """timing.reserve_memory for one of a job's processes: DK_KG_RESERVE_MB
+    (timing.RESERVE_MB), at most a quarter of its share of
+    DK_KG_GPU_MEMORY_GB."""
+    mb = timing.RESERVE_MB
+    if GPU_MEMORY_CAP_GB > 0:
+        mb = min(mb, int(GPU_MEMORY_CAP_GB * 0.5e3 / 4))
+    return timing.reserve_memory(device, mb)
+
+
 # What a judge forked ahead spent on its setup before its job arrived (ms by
 # step; the server's _prepare_child fills it), copied into phases_ms.
 AHEAD_MS = {}
@@ -836,7 +846,8 @@ def _to_device(x, device):
 
 # Set by the server from DK_KG_PYPROFILE (a line count) before it forks: the
 # child then runs under cProfile and returns its top lines by cumulative time
-# in the result's "pyprofile" field, to find where per-job time goes.
+# in the result's "pyprofile" field, then its top lines by own time, to
+# find where per-job time goes.
 PYPROFILE_LINES = 0
 
 
@@ -850,8 +861,11 @@ def _profiled_run(ev):
         return prof.runcall(ev.run)
     finally:
         text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(PYPROFILE_LINES)
-        ev.res["pyprofile"] = text.getvalue()[-20000:]
+        stats = pstats.Stats(prof, stream=text)
+        stats.sort_stats("cumulative").print_stats(PYPROFILE_LINES)
+        # and by own time: where the host waits (synchronize, pipe reads)
+        stats.sort_stats("tottime").print_stats(PYPROFILE_LINES)
+        ev.res["pyprofile"] = text.getvalue()[-40000:]
 
 
 def evaluate(job, opts, isolation, want_modules=False):

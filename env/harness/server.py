@@ -28,7 +28,9 @@ together hold at most this much GPU memory, half each, so a worker beside
 the trainer cannot push it out of memory), DK_KG_PYPROFILE (N > 0: each result carries the
 child's N costliest Python calls in "pyprofile"), DK_KG_PREFORK (how many
 children are forked ahead of their jobs, sandbox and CUDA contexts ready,
-default 2; 0 forks each child when its job arrives), DK_KG_GATE (1: a job
+default 3; 0 forks each child when its job arrives), DK_KG_RESERVE_MB (GPU
+memory each process of a job takes into its allocator before its job,
+default 2048; 0: none), DK_KG_GATE (1: a job
 waits, before its timed calls, for the setup of the child forked during it;
 default off), DK_KG_CLEAN_CACHE_S (how long a
 task's clean timing baseline is handed to later judges, default 600; 0:
@@ -314,6 +316,16 @@ def prepare_child(device, isolation):
     t0 = time.perf_counter()
     error_budget.prewarm(torch.device("cuda"))
     evaluate.AHEAD_MS["ahead_judge"] = timing.ms_since(t0)
+    # memory for the job's tensors, taken from the driver now
+    # (timing.reserve_memory), and the first free-memory query (its first
+    # call in a process costs tens of ms; error_budget.fp64_device asks)
+    t0 = time.perf_counter()
+    evaluate.reserve_memory(torch.device("cuda"))
+    try:
+        torch.cuda.mem_get_info()
+    except Exception:
+        pass
+    evaluate.AHEAD_MS["ahead_reserve"] = timing.ms_since(t0)
 
 
 def prefork_depth(value):
@@ -916,6 +928,11 @@ def main():
         except ValueError:
             log(f"DK_KG_GPU_MEMORY_GB must be a size in GB (0: no cap), got {cap!r}")
             return 2
+    try:
+        timing.RESERVE_MB = timing.parse_reserve_mb(os.environ.get("DK_KG_RESERVE_MB"))
+    except ValueError as e:
+        log(str(e))
+        return 2
     kept = os.environ.get("DK_KG_CLEAN_CACHE_S", "")
     clean_cache_s = CLEAN_CACHE_S
     if kept:

@@ -16,6 +16,7 @@ a process that never ran candidate code). interleave_order, speedup_of and
 wall_bound are the judge's statistics.
 """
 
+import os
 import statistics
 import time
 
@@ -224,6 +225,47 @@ def prewarm(device, timers):
                     timers, lambda i, out: wire.value_digest(out))
     except Exception:  # the job meets the same problem and reports it
         pass
+
+
+# GPU memory each process of a job, made ahead of it, takes from the driver
+# and hands back to its own caching allocator (reserve_memory), MB. The
+# server sets it from DK_KG_RESERVE_MB (parse_reserve_mb) before it forks.
+RESERVE_MB = 2048
+
+
+def parse_reserve_mb(value):
+    """DK_KG_RESERVE_MB's value as a whole number of MB (unset or empty: the
+    default); ValueError naming the variable otherwise."""
+    if value is None or not value.strip():
+        return RESERVE_MB
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"DK_KG_RESERVE_MB={value!r}: expected a whole number of MB (0 turns it off)")
+    if n < 0:
+        raise ValueError(f"DK_KG_RESERVE_MB={value!r}: expected 0 or more MB")
+    return n
+
+
+def reserve_memory(device, mb):
+    """Grows the process's caching allocator by one block of mb MB, freed at
+    once: torch keeps it and splits it for later tensors. A fresh process
+    otherwise asks the driver (cudaMalloc) for every new large tensor of its
+    job: on the H100 a judge's reference forwards, kept outputs and float64
+    temporaries spent tens of ms of host time there, on the job's critical
+    path. For a process made ahead of its job, while the job before runs;
+    best effort (a card without the room keeps what it could not give)."""
+    if device.type != "cuda":
+        return 0
+    if mb <= 0:
+        return 0
+    try:
+        block = torch.empty(mb << 20, dtype=torch.uint8, device=device)
+        del block
+        return mb
+    except Exception:  # out of memory: the job runs with the driver's pace
+        torch.cuda.empty_cache()
+        return 0
 
 
 def empty_like(x):

@@ -18,6 +18,10 @@
   settle       an interleaved reference slowed by more than INTERFERENCE_SHARE
                against the clean baseline (timed before the candidate's
                process ran anything) gives way to the clean one
+  reserve      DK_KG_RESERVE_MB's parsing (a bad value is an error naming
+               the variable), the reservation capped at a quarter of a
+               process's share of DK_KG_GPU_MEMORY_GB, nothing reserved on
+               the CPU
 """
 
 import os
@@ -418,8 +422,40 @@ def main():
     test_loops()
     test_sequence()
     test_clean_cache()
+    test_reserve()
     print(f"kernelgym timing: {len(failures)} failures")
     return 1 if failures else 0
+
+
+def test_reserve():
+    check(timing.parse_reserve_mb(None) == timing.RESERVE_MB, "unset DK_KG_RESERVE_MB: the default")
+    check(timing.parse_reserve_mb(" ") == timing.RESERVE_MB, "empty DK_KG_RESERVE_MB: the default")
+    check(timing.parse_reserve_mb("0") == 0, "DK_KG_RESERVE_MB=0 turns the reservation off")
+    check(timing.parse_reserve_mb("512") == 512, "DK_KG_RESERVE_MB=512")
+    for bad in ("2GB", "-1", "1.5"):
+        try:
+            timing.parse_reserve_mb(bad)
+            check(False, f"DK_KG_RESERVE_MB={bad!r} was accepted")
+        except ValueError as e:
+            check("DK_KG_RESERVE_MB" in str(e) and repr(bad) in str(e), f"the error names the variable: {e}")
+    check(timing.reserve_memory(torch.device("cpu"), 512) == 0, "nothing is reserved on the CPU")
+    asked = []
+    real = timing.reserve_memory
+    saved = (timing.RESERVE_MB, evaluate.GPU_MEMORY_CAP_GB)
+    try:
+        timing.reserve_memory = lambda device, mb: asked.append(mb) or mb
+        timing.RESERVE_MB = 2048
+        evaluate.GPU_MEMORY_CAP_GB = 0.0
+        evaluate.reserve_memory(torch.device("cuda", 0))
+        # 8 GB for a job: 4 GB a process, a quarter of it reserved
+        evaluate.GPU_MEMORY_CAP_GB = 8.0
+        evaluate.reserve_memory(torch.device("cuda", 0))
+        evaluate.GPU_MEMORY_CAP_GB = 40.0
+        evaluate.reserve_memory(torch.device("cuda", 0))
+    finally:
+        timing.reserve_memory = real
+        timing.RESERVE_MB, evaluate.GPU_MEMORY_CAP_GB = saved
+    check(asked == [2048, 1000, 2048], f"reservations under DK_KG_GPU_MEMORY_GB: {asked}, expected [2048, 1000, 2048]")
 
 
 if __name__ == "__main__":
