@@ -82,12 +82,18 @@ def cuda_context():
     device = torch.device("cuda", 0)
     torch.zeros(1, device=device)
     if GPU_MEMORY_CAP_GB > 0:
-        # Half the worker's cap for each of a job's two processes; the caching
-        # allocator then raises OutOfMemoryError past it (a crash verdict),
-        # before the trainer sharing the GPU is pushed out.
+        # The caching allocator raises OutOfMemoryError past a process's
+        # share (a crash verdict), before the trainer sharing the GPU is
+        # pushed out.
         total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, GPU_MEMORY_CAP_GB * 0.5e9 / total), device)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, process_cap_bytes() / total), device)
     return device
+
+
+def process_cap_bytes():
+    """A process's share of DK_KG_GPU_MEMORY_GB: half the worker's cap for
+    each of a job's two processes (0: no cap)."""
+    return GPU_MEMORY_CAP_GB * 0.5e9
 
 
 def reserve_memory(device):
@@ -96,7 +102,7 @@ def reserve_memory(device):
     DK_KG_GPU_MEMORY_GB."""
     mb = timing.RESERVE_MB
     if GPU_MEMORY_CAP_GB > 0:
-        mb = min(mb, int(GPU_MEMORY_CAP_GB * 0.5e3 / 4))
+        mb = min(mb, int(process_cap_bytes() / 1e6 / 4))
     return timing.reserve_memory(device, mb)
 
 

@@ -16,7 +16,6 @@ a process that never ran candidate code). interleave_order, speedup_of and
 wall_bound are the judge's statistics.
 """
 
-import os
 import statistics
 import time
 
@@ -255,9 +254,7 @@ def reserve_memory(device, mb):
     temporaries spent tens of ms of host time there, on the job's critical
     path. For a process made ahead of its job, while the job before runs;
     best effort (a card without the room keeps what it could not give)."""
-    if device.type != "cuda":
-        return 0
-    if mb <= 0:
+    if device.type != "cuda" or mb <= 0:
         return 0
     try:
         block = torch.empty(mb << 20, dtype=torch.uint8, device=device)

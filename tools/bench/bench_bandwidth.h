@@ -8,6 +8,7 @@
 #define DK_BENCH_BANDWIDTH_H
 
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 
 #include "common/util.h"
 #include "kernels/ops.h"
@@ -32,6 +33,16 @@ static inline double bench_copy_bandwidth(ops_ctx *ctx) {
     }
     ops_free(ctx, a), ops_free(ctx, b);
     return best;
+}
+
+/* The roofline's bandwidth: bw when a --bw gave one (> 0), else the copy
+ * bandwidth measured here; both printed. */
+static inline double bench_roofline_bandwidth(ops_ctx *ctx, double bw) {
+    const double measured = bench_copy_bandwidth(ctx);
+    if (bw == 0.0) bw = measured;
+    printf("copy bandwidth: %.2f TB/s measured (1 GiB device to device, read + write); roofline at %.2f TB/s%s\n",
+           measured / 1e12, bw / 1e12, bw != measured ? " (--bw)" : "");
+    return bw;
 }
 
 #endif

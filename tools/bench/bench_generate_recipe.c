@@ -314,10 +314,7 @@ int main(int argc, char **argv) {
     printf("device: %s\n", desc);
     ops_ctx ctx;
     must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, (size_t)256 << 20), "ctx");
-    const double measured = bench_copy_bandwidth(&ctx);
-    if (bw == 0.0) bw = measured;
-    printf("copy bandwidth: %.2f TB/s measured (1 GiB device to device, read + write); roofline at %.2f TB/s%s\n",
-           measured / 1e12, bw / 1e12, bw != measured ? " (--bw)" : "");
+    bw = bench_roofline_bandwidth(&ctx, bw);
 
     if (!only || strcmp(only, "big")) {
         bench_model bm;

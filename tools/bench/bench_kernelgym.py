@@ -213,7 +213,6 @@ def main():
               + (f" (median {statistics.median(waited):.0f} ms, max {max(waited):.0f} ms)" if waited else ""))
     # The server re-measures a random share of speedups above 1 (and every
     # implausible one) in a fresh judge: such a job costs about two.
-    again = [r for r in measured if r["recheck_runs"] or r["infra_retries"]]
     rest = [r["overhead_s"] for r in measured if not (r["recheck_runs"] or r["infra_retries"])]
     summary["rechecked"] = sum(bool(r["recheck_runs"]) for r in measured)
     summary["infra_retried"] = sum(bool(r["infra_retries"]) for r in measured)
@@ -221,7 +220,7 @@ def main():
     print(f"jobs re-measured in a fresh judge: {summary['rechecked']} of {len(measured)} "
           f"({summary['eligible_for_recheck']} with a speedup above 1); run again after a judge died: "
           f"{summary['infra_retried']}"
-          + (f"; median overhead of the {len(rest)} others {statistics.median(rest):.3f} s" if again and rest else ""))
+          + (f"; median overhead of the {len(rest)} others {statistics.median(rest):.3f} s" if 0 < len(rest) < len(measured) else ""))
     print(f"clean timing baseline from the server's cache (DK_KG_CLEAN_CACHE_S) in {summary['clean_cached']} of "
           f"{len(measured)} evaluations")
     print(f"throughput: {summary['jobs_per_minute']:.1f} jobs/minute ({total:.1f} s for {len(measured)} jobs); "
