@@ -184,7 +184,9 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
      * H200 it beats cuBLASLt's fp32 detour below (M=64 N=2048 K=6144: 17.6
      * against 24.6 us) but not cuBLASLt on wider, shorter products (q|k|v,
      * gate|up, lm head), so it takes only the shapes of that detour. */
-    if ((long_k || ctx->tuning.skinny_all) &&
+    const int sk_use = ctx->tuning.skinny_use;
+    if (sk_use < -1 || sk_use > 1) DK_ABORT("ops_tuning.skinny_use = %d: expected -1, 0 or 1", sk_use);
+    if (sk_use >= 0 && (long_k || sk_use == 1) &&
         cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
         return;
     if (long_k && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {

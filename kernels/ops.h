@@ -51,9 +51,11 @@ typedef struct ops_tuning {
      * per call, n >= 1 pinned (at most K / 64, fewer where the partial sums
      * outgrow the scratch). */
     int skinny_splits;
-    /* Non-zero: the skinny kernel takes every product it can (9..64 rows
-     * times W^T, K % 64 == 0), not only those with a long K. */
-    int skinny_all;
+    /* Which 9..64-row products (M rows times W^T) the skinny kernel takes:
+     * 0 those with a long K (the dispatcher's choice, matmul.cu), 1 every
+     * one it can (K % 64 == 0), -1 none (cuBLASLt, with its fp32 detour
+     * for a long K). */
+    int skinny_use;
     /* ops_paged_attention's kernel (ops_paged_kernel): OPS_PAGED_AUTO
      * chosen per call. A pinned kernel that cannot serve a call gives way:
      * head dims other than 32, 64, 128, 256 or unaligned buffers take the

@@ -21,7 +21,8 @@
  * bias backward sums bf16 values in fp32 in another order than the CPU's
  * double sums: 1e-5 relative to the largest column sum of |dy|.
  * A pinned choice out of range (ops_tuning.gemv_residency below -1, a
- * negative skinny_splits) aborts the product, naming the field. */
+ * negative skinny_splits, skinny_use 2) aborts the product, naming the
+ * field. */
 #include "tests/expect_abort.h"
 #include "tests/gpu/test_cuda_common.h"
 
@@ -202,6 +203,12 @@ static void bad_skinny_splits(void *arg) {
     ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
 }
 
+static void bad_skinny_use(void *arg) {
+    tuning_case *t = arg;
+    t->g->tuning.skinny_use = 2;
+    ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
+}
+
 static void check_tuning_errors(ctx_pair *p) {
     ops_ctx *g = &p->gpu;
     const int N = 64, K = 4096; /* K > 2 (M + N): the skinny kernel's shapes at 16 rows */
@@ -212,6 +219,8 @@ static void check_tuning_errors(ctx_pair *p) {
     t.M = 16;
     CHECK(expect_abort("skinny_splits -1", bad_skinny_splits, &t, "ops_tuning.skinny_splits"),
           "a skinny product with skinny_splits = -1 must abort naming the field");
+    CHECK(expect_abort("skinny_use 2", bad_skinny_use, &t, "ops_tuning.skinny_use"),
+          "a product with skinny_use = 2 must abort naming the field");
     ops_free(g, t.c), ops_free(g, t.a), ops_free(g, t.b);
 }
 

@@ -42,8 +42,10 @@
  * 14B) are tools/bench/bench_generate_recipe.c.
  *
  * Usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl]
- *        [--chain]
- * (--chain: section 5 alone) */
+ *        [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]
+ * (--chain: section 5 alone; --ops: one decode step of that model shape at
+ * that batch and context, alone: its time, the per-op table of section 3
+ * and the left-out chain of section 5, for the recipe's shapes) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +186,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     const int C = c->hidden_size, I = c->intermediate_size, D = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads;
     const int Q = Hq * D, KV = Hkv * D, V = c->vocab_size, L = c->n_layers;
     const int P = 16, pages_per = (ctx_len + P - 1) / P;
+    const void *head = m->params.lm_head ? m->params.lm_head : m->params.embed; /* tied or not */
     kv_cache kv;
     must(kv_cache_create(&kv, ctx, c, P, B * pages_per), "kv cache");
     const size_t A = 2;
@@ -260,30 +263,33 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     TIME("(swiglu alone)", 0, 6.0 * B * I, ops_swiglu_forward(ctx, h, gu, B, I));
     TIME("matmul down (+residual)", L, 2.0 * C * I,
          ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
-    if (B > 8) { /* the split-K kernel's split count (chosen per call above) */
-        static const int splits[] = {2, 4, 6, 12, 16};
-        for (int i = 0; i < 5; i++) {
+    if (B > 8) { /* the skinny kernel (matmul_skinny.cu) against cuBLASLt on each product */
+        static const int splits[] = {1, 4, 8, 16};
+        for (int i = 0; i < 4; i++) {
             char name[40];
             snprintf(name, sizeof name, "(matmul down, %d splits)", splits[i]);
             ctx->tuning.skinny_splits = splits[i];
             TIME(name, 0, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
         }
         ctx->tuning.skinny_splits = 0;
-        /* The split-K kernel on the products cuBLASLt keeps. */
-        ctx->tuning.skinny_all = 1;
-        TIME("(q|k|v, split-K kernel)", 0, wqkv,
-             ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
-        TIME("(o, split-K kernel)", 0, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
-        TIME("(gate|up, split-K kernel)", 0, 4.0 * I * C,
-             ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
-        TIME("(lm head, split-K kernel)", 0, 2.0 * V * C,
-             ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
-        ctx->tuning.skinny_all = 0;
+        for (int use = -1; use <= 1; use += 2) {
+            ctx->tuning.skinny_use = use;
+            const char *k = use > 0 ? "skinny" : "cuBLASLt";
+            char name[4][48];
+            snprintf(name[0], 48, "(q|k|v, %s)", k), snprintf(name[1], 48, "(o, %s)", k);
+            snprintf(name[2], 48, "(gate|up, %s)", k), snprintf(name[3], 48, "(down, %s)", k);
+            TIME(name[0], 0, wqkv, ops_matmul(ctx, fused, 0, ln, WL(P_WQ), B, Q + 2 * KV, C, 0, 1, 1.0f, 0.0f));
+            TIME(name[1], 0, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
+            TIME(name[2], 0, 4.0 * I * C, ops_matmul(ctx, gu, 0, ln, WL(P_W_GATE_UP), B, 2 * I, C, 0, 1, 1.0f, 0.0f));
+            TIME(name[3], 0, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
+        }
+        ctx->tuning.skinny_use = 1;
+        TIME("(lm head, skinny)", 0, 2.0 * V * C, ops_matmul(ctx, logits, 1, ln, head, B, V, C, 0, 1, 1.0f, 0.0f));
+        ctx->tuning.skinny_use = 0;
     }
     TIME("rmsnorm + lm head (fp32 out)", 1, 2.0 * V * C,
-         ops_rmsnorm_matmul(ctx, logits, 1, ln, x, m->params.final_norm, m->params.embed, B, V, C, 1e-6f, 1.0f, 0.0f));
-    TIME("(matmul lm head alone)", 0, 2.0 * V * C,
-         ops_matmul(ctx, logits, 1, ln, m->params.embed, B, V, C, 0, 1, 1.0f, 0.0f));
+         ops_rmsnorm_matmul(ctx, logits, 1, ln, x, m->params.final_norm, head, B, V, C, 1e-6f, 1.0f, 0.0f));
+    TIME("(matmul lm head alone)", 0, 2.0 * V * C, ops_matmul(ctx, logits, 1, ln, head, B, V, C, 0, 1, 1.0f, 0.0f));
     TIME("sample", 1, 8.0 * B * V, ops_sample(ctx, d_out, (float *)(d_out + B), logits, d_prm, B, V));
 #undef TIME
 #undef WL
@@ -481,7 +487,8 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, hf_static_tps = 0.0, bw = 0.0; /* 0: measured on this device */
-    int quick = 0, graphs = 1, pdl = 1, chain_only = 0;
+    int quick = 0, graphs = 1, pdl = 1, chain_only = 0, ops_batch = 0, ops_ctx_len = 0;
+    const char *ops_model = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
         else if (!strcmp(argv[i], "--hf-static-tps") && i + 1 < argc) hf_static_tps = atof(argv[++i]);
@@ -496,10 +503,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
         else if (!strcmp(argv[i], "--no-pdl")) pdl = 0;
         else if (!strcmp(argv[i], "--chain")) chain_only = 1;
+        else if (!strcmp(argv[i], "--ops") && i + 3 < argc) {
+            ops_model = argv[++i];
+            ops_batch = atoi(argv[++i]), ops_ctx_len = atoi(argv[++i]);
+            if (strcmp(ops_model, "1.7b") && strcmp(ops_model, "8b") && strcmp(ops_model, "14b")) {
+                fprintf(stderr, "bench_generate: --ops %s: expected the model 1.7b, 8b or 14b\n", ops_model);
+                return 2;
+            }
+            if (ops_batch < 1 || ops_batch > 256 || ops_ctx_len < 2) {
+                fprintf(stderr, "bench_generate: --ops %s %d %d: expected a batch of 1..256 and a context >= 2\n",
+                        ops_model, ops_batch, ops_ctx_len);
+                return 2;
+            }
+        }
         else {
             fprintf(stderr,
                     "usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] "
-                    "[--no-pdl] [--chain]\n");
+                    "[--no-pdl] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]\n");
             return 2;
         }
     }
@@ -515,6 +535,36 @@ int main(int argc, char **argv) {
     must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, (size_t)256 << 20), "ctx");
     ctx.tuning.no_pdl = !pdl;
     bw = bench_roofline_bandwidth(&ctx, bw);
+    if (ops_model) {
+        const model_config *oc = !strcmp(ops_model, "1.7b") ? &qwen3_1_7b : !strcmp(ops_model, "8b") ? &qwen3_8b
+                                                                                                 : &qwen3_14b;
+        bench_model bm;
+        bench_model_open(&bm, oc, &ctx, "bench_generate");
+        double enq, serial, pip;
+        const double roof = (bm.weight_bytes + bm.kv_token_bytes * ops_batch * ops_ctx_len) / bw * 1e3;
+        printf("model: Qwen3-%s shape, %.2f GB of bf16 weights\n", ops_model, bm.weight_bytes / 1e9);
+        /* The step as the engine runs it, then with the 9..64-row products
+         * all on the skinny kernel and all on cuBLASLt (ops_tuning.skinny_use). */
+        for (int use = 0; use >= -1; use = use == 0 ? 1 : use == 1 ? -1 : -2) {
+            ctx.tuning.skinny_use = use;
+            launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &serial, &pip);
+            printf("\n[one decode step, batch %d, context %d%s] waited on %.3f ms, back to back %.3f ms/step; "
+                   "roofline %.3f ms (weights + K/V at %.2f TB/s): %.1f%% of it\n",
+                   ops_batch, ops_ctx_len, use == 0 ? "" : use > 0 ? ", every product on the skinny kernel"
+                                                                 : ", no product on the skinny kernel",
+                   serial, pip, roof, bw / 1e12, 100.0 * roof / pip);
+            if (ops_batch <= 8) break; /* the few-row products: no skinny kernel */
+        }
+        ctx.tuning.skinny_use = 0;
+        launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &serial, &pip);
+        printf("\n[per-op times, batch %d, context %d]\n", ops_batch, ops_ctx_len);
+        op_table(&bm.m, ops_batch, ops_ctx_len, serial);
+        printf("\n[the decode step's critical path, batch %d, context %d]\n", ops_batch, ops_ctx_len);
+        chain_table(&bm.m, ops_batch, ops_ctx_len);
+        bench_model_close(&bm);
+        ops_ctx_free(&ctx);
+        return 0;
+    }
     model m;
     must(model_create(&m, c, &ctx, 8, 0), "model_create");
     double t0 = dk_now();

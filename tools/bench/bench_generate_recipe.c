@@ -54,36 +54,6 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 /* ---- the model: bf16 weights the engine reads, nothing for training ---------------- */
 
-typedef struct {
-    model m;
-    void *weights; /* one allocation behind every parameter pointer */
-    double weight_bytes;
-    double kv_token_bytes; /* K and V of one token over all layers (bf16) */
-} bench_model;
-
-static void bench_model_open(bench_model *b, const model_config *c, ops_ctx *ctx) {
-    /* No gradients: the 14B shape's fp32 gradients alone would take 59 GB. */
-    must(model_create_ex(&b->m, c, ctx, 8, 0, 0), "model_create_ex");
-    const param_layout *pl = &b->m.layout;
-    const size_t A = ops_act_size(ctx);
-    const size_t n = pl->embed_size + (size_t)c->n_layers * pl->layer_size + pl->final_norm_size + pl->lm_head_size;
-    char *w = ops_alloc(ctx, n * A);
-    b->weights = w;
-    b->m.params.embed = w, w += pl->embed_size * A;
-    for (int l = 0; l < c->n_layers; l++) b->m.params.layers[l] = w, w += pl->layer_size * A;
-    b->m.params.final_norm = w, w += pl->final_norm_size * A;
-    b->m.params.lm_head = pl->lm_head_size ? w : NULL;
-    bench_random_weights(&b->m, 88172645463325252ull);
-    b->weight_bytes = (double)n * A;
-    b->kv_token_bytes = 2.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim;
-}
-
-static void bench_model_close(bench_model *b) {
-    ops_ctx *ctx = b->m.ctx;
-    model_free(&b->m);
-    ops_free(ctx, b->weights);
-}
-
 /* ---- measurements ---------------------------------------------------------------- */
 
 static void random_tokens(int32_t *t, int n, int V) {
@@ -319,7 +289,7 @@ int main(int argc, char **argv) {
     if (!only || strcmp(only, "big")) {
         bench_model bm;
         if (!only || !strcmp(only, "rl")) {
-            bench_model_open(&bm, rl_cfg, &ctx);
+            bench_model_open(&bm, rl_cfg, &ctx, "bench_generate_recipe");
             printf("model: Qwen3-%s shape, %.2f GB of bf16 weights\n", rl_model, bm.weight_bytes / 1e9);
             if (rl_gb == 0.0) {
                 /* The plan's 96 GB is for a 141 GB H200; on a smaller card keep
@@ -338,7 +308,7 @@ int main(int argc, char **argv) {
             bench_model_close(&bm);
         }
         if (!only || !strcmp(only, "long")) {
-            bench_model_open(&bm, &qwen3_1_7b, &ctx);
+            bench_model_open(&bm, &qwen3_1_7b, &ctx, "bench_generate_recipe");
             printf("model: Qwen3-1.7B shape, %.2f GB of bf16 weights\n", bm.weight_bytes / 1e9);
             bench_long(&bm, quick ? 8192 : 32768, graphs, bw);
             bench_model_close(&bm);
@@ -349,7 +319,7 @@ int main(int argc, char **argv) {
         static const char *const names[2] = {"Qwen3-8B", "Qwen3-14B"};
         for (int i = 0; i < 2; i++) {
             bench_model bm;
-            bench_model_open(&bm, big[i], &ctx);
+            bench_model_open(&bm, big[i], &ctx, "bench_generate_recipe");
             bench_batch64(&bm, names[i], graphs, bw);
             bench_model_close(&bm);
         }

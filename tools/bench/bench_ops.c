@@ -9,7 +9,9 @@
  *     GEMM rate torch reaches on 8192^3 in the same run,
  *   - torch's time and the ratio torch time / our time (> 1: we are faster).
  *
- *   bench_ops [--quick]
+ *   bench_ops [--quick | --decode]
+ *
+ * --decode: the decode-step products alone, each with its plan sweep.
  *
  * Torch equivalents: RMSNorm = F.rms_norm and the Hugging Face formula in
  * bf16 (the faster counts), LayerNorm = F.layer_norm with weight and bias,
@@ -32,7 +34,7 @@
 #include "kernels/device.h"
 #include "kernels/ops.h"
 
-#define MAX_CASES 64
+#define MAX_CASES 80
 
 typedef struct {
     char spec[96];  /* "op d1 d2 ...", also the torch script's argument */
@@ -95,8 +97,10 @@ static void *dev_fill(size_t n, int f32, float scale, float offset, int positive
 
 typedef void (*bench_fn)(void *);
 
-/* Median microseconds per call of fn over `reps` calls after 3 warm-ups. */
-static double time_us(bench_fn fn, void *arg, int reps) {
+/* Median microseconds per call of fn over `reps` timings after 3 warm-ups,
+ * each of `calls` calls back to back (a decode product takes a few us, about
+ * a launch, and a step queues them so). */
+static double time_us_calls(bench_fn fn, void *arg, int reps, int calls) {
     cudaStream_t st = (cudaStream_t)ctx.stream;
     for (int i = 0; i < 3; i++) fn(arg);
     ops_sync(&ctx);
@@ -106,12 +110,12 @@ static double time_us(bench_fn fn, void *arg, int reps) {
     check_cuda(cudaEventCreate(&b), "event");
     for (int r = 0; r < reps; r++) {
         check_cuda(cudaEventRecord(a, st), "record");
-        fn(arg);
+        for (int i = 0; i < calls; i++) fn(arg);
         check_cuda(cudaEventRecord(b, st), "record");
         check_cuda(cudaEventSynchronize(b), "sync");
         float ms = 0.0f;
         check_cuda(cudaEventElapsedTime(&ms, a, b), "elapsed");
-        t[r] = ms * 1e3;
+        t[r] = ms * 1e3 / calls;
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
@@ -120,6 +124,8 @@ static double time_us(bench_fn fn, void *arg, int reps) {
     free(t);
     return med;
 }
+
+static double time_us(bench_fn fn, void *arg, int reps) { return time_us_calls(fn, arg, reps, 1); }
 
 static bench_case *add_case(const char *spec, const char *label, double bytes, double flops) {
     if (n_cases == MAX_CASES) DK_ABORT("bench_ops: too many cases");
@@ -341,6 +347,60 @@ static void bench_matmul(const char *what, int M, int N, int K, int ta, int tb, 
     ops_free(&ctx, a.a), ops_free(&ctx, a.b), ops_free(&ctx, a.c);
 }
 
+/* A decode step's product: M token rows times a model's weight matrix,
+ * W^T. Each call reads the next of enough copies of W to fill 256 MB, as
+ * the layers of a step read distinct weights: one copy would sit in L2
+ * (50-60 MB) from the call before and time the cache. Memory-bound: its
+ * limit is the copy rate over W's bytes (A and C are small). Then the same
+ * product on cuBLASLt, on the skinny kernel (matmul_skinny.cu) with its
+ * chosen split of K and with each pinned split, printed as one line.
+ * Timed 10 calls back to back; torch_ops.py likewise. */
+typedef struct {
+    void **w;
+    int n_w, next;
+    void *a, *c;
+    int M, N, K, c_f32;
+} mmd_args;
+static void run_mmd(void *p) {
+    mmd_args *a = p;
+    ops_matmul(&ctx, a->c, a->c_f32, a->a, a->w[a->next++ % a->n_w], a->M, a->N, a->K, 0, 1, 1.0f, 0.0f);
+}
+
+static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32, int reps) {
+    const double wbytes = 2.0 * N * K;
+    mmd_args a = {NULL, (int)ceil(256e6 / wbytes), 0, dev_fill((size_t)M * K, 0, 1, 0, 0),
+                  dev_fill((size_t)M * N, c_f32, 1, 0, 0), M, N, K, c_f32};
+    if (a.n_w < 1) a.n_w = 1;
+    a.w = dk_malloc((size_t)a.n_w * sizeof(void *));
+    a.w[0] = dev_fill((size_t)N * K, 0, 0.05f, 0, 0);
+    for (int i = 1; i < a.n_w; i++) {
+        a.w[i] = ops_alloc(&ctx, (size_t)wbytes);
+        check_cuda(cudaMemcpy(a.w[i], a.w[0], (size_t)wbytes, cudaMemcpyDeviceToDevice), "weight copy");
+    }
+    char spec[96], label[64];
+    snprintf(spec, sizeof spec, "matmul_decode %d %d %d %d", M, N, K, c_f32);
+    snprintf(label, sizeof label, "decode %s %dx%dx%d%s", what, M, N, K, c_f32 ? " f32" : "");
+    const double bytes = wbytes + 2.0 * M * K + (c_f32 ? 4.0 : 2.0) * M * N;
+    add_case(spec, label, bytes, 0)->us = time_us_calls(run_mmd, &a, reps, 10);
+    printf("plan sweep %-28s GB/s:", label);
+    ctx.tuning.skinny_use = -1;
+    printf(" cuBLASLt %.0f |", bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+    ctx.tuning.skinny_use = 1;
+    printf(" skinny chosen %.0f |", bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+    static const int splits[] = {1, 2, 4, 6, 8, 12, 16};
+    printf(" pinned splits:");
+    for (int i = 0; i < 7; i++) {
+        if (splits[i] > K / 64) continue;
+        ctx.tuning.skinny_splits = splits[i];
+        printf(" s%d %.0f", splits[i], bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+    }
+    printf("\n");
+    ctx.tuning.skinny_use = 0, ctx.tuning.skinny_splits = 0;
+    for (int i = 0; i < a.n_w; i++) ops_free(&ctx, a.w[i]);
+    free(a.w);
+    ops_free(&ctx, a.a), ops_free(&ctx, a.c);
+}
+
 /* ---- torch side ------------------------------------------------------------------------------ */
 
 static void run_torch(double *copy_tbps_torch) {
@@ -372,8 +432,9 @@ static void run_torch(double *copy_tbps_torch) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    if (argc > 2 || (argc == 2 && !quick)) {
-        fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+    const int decode_only = argc > 1 && strcmp(argv[1], "--decode") == 0;
+    if (argc > 2 || (argc == 2 && !quick && !decode_only)) {
+        fprintf(stderr, "usage: %s [--quick | --decode]\n", argv[0]);
         return 2;
     }
     if (device_count() == 0 || !ops_cuda_available()) {
@@ -399,21 +460,45 @@ int main(int argc, char **argv) {
 
     /* Hidden sizes of Qwen3-0.6B, 1.7B, 8B and 14B; the per-head q/k norm. */
     const int hidden[] = {1024, 2048, 4096, 5120};
-    for (int i = 0; i < 4; i++) bench_norm(0, T, hidden[i], reps);
-    bench_norm(0, T * 32, 128, reps);
-    /* LayerNorm (weight and bias) at two of those widths. */
-    bench_norm(1, T, 1024, reps);
-    bench_norm(1, T, 4096, reps);
-    bench_rope(T, 32, 8, 128, reps);
-    bench_swiglu(T / 2, 12288, reps);
-    bench_embedding(T, 4096, 151936, reps);
-    bench_adamw(quick ? (size_t)100000000 : (size_t)1000000000, quick ? 5 : 10);
-    bench_matmul("square", 8192, 8192, 8192, 0, 0, 0, reps);
-    bench_matmul("x W^T qkv", T / 2, 4096, 4096, 0, 1, 0, reps);
-    bench_matmul("x W^T gate_up", T / 2, 24576, 4096, 0, 1, 0, reps);
-    bench_matmul("x W^T down", T / 2, 4096, 12288, 0, 1, 0, reps);
-    bench_matmul("dY W gate_up", T / 2, 4096, 24576, 0, 0, 0, reps);
-    bench_matmul("dW += dY^T X", 24576, 4096, T / 2, 1, 0, 1, reps);
+    if (!decode_only) {
+        for (int i = 0; i < 4; i++) bench_norm(0, T, hidden[i], reps);
+        bench_norm(0, T * 32, 128, reps);
+        /* LayerNorm (weight and bias) at two of those widths. */
+        bench_norm(1, T, 1024, reps);
+        bench_norm(1, T, 4096, reps);
+        bench_rope(T, 32, 8, 128, reps);
+        bench_swiglu(T / 2, 12288, reps);
+        bench_embedding(T, 4096, 151936, reps);
+        bench_adamw(quick ? (size_t)100000000 : (size_t)1000000000, quick ? 5 : 10);
+        bench_matmul("square", 8192, 8192, 8192, 0, 0, 0, reps);
+        bench_matmul("x W^T qkv", T / 2, 4096, 4096, 0, 1, 0, reps);
+        bench_matmul("x W^T gate_up", T / 2, 24576, 4096, 0, 1, 0, reps);
+        bench_matmul("x W^T down", T / 2, 4096, 12288, 0, 1, 0, reps);
+        bench_matmul("dY W gate_up", T / 2, 4096, 24576, 0, 0, 0, reps);
+        bench_matmul("dW += dY^T X", 24576, 4096, T / 2, 1, 0, 1, reps);
+    }
+    /* Decode steps at batch 64 of the 1.7B, 8B and 14B shapes: q|k|v, o,
+     * gate|up, down and the lm head (fp32 logits); and the 1.7B MLP at
+     * batch 16 and 32. */
+    {
+        const int hid[3] = {2048, 4096, 5120}, inter[3] = {6144, 12288, 17408}, q[3] = {2048, 4096, 5120};
+        const char *names[3] = {"1.7B", "8B", "14B"};
+        for (int m = 0; m < 3; m++) {
+            char w[32];
+            snprintf(w, sizeof w, "%s qkv", names[m]);
+            bench_matmul_decode(w, 64, q[m] + 2 * 1024, hid[m], 0, reps);
+            snprintf(w, sizeof w, "%s o", names[m]);
+            bench_matmul_decode(w, 64, hid[m], q[m], 0, reps);
+            snprintf(w, sizeof w, "%s gate_up", names[m]);
+            bench_matmul_decode(w, 64, 2 * inter[m], hid[m], 0, reps);
+            snprintf(w, sizeof w, "%s down", names[m]);
+            bench_matmul_decode(w, 64, hid[m], inter[m], 0, reps);
+            snprintf(w, sizeof w, "%s lm head", names[m]);
+            bench_matmul_decode(w, 64, 151936, hid[m], 1, reps);
+        }
+        bench_matmul_decode("1.7B gate_up", 16, 12288, 2048, 0, reps);
+        bench_matmul_decode("1.7B down", 32, 2048, 6144, 0, reps);
+    }
     ops_ctx_free(&ctx);
 
     double copy_torch = NAN;

@@ -71,4 +71,37 @@ static inline void bench_random_weights(model *m, uint64_t seed) {
     free(blk);
 }
 
+
+/* A model with the engine's bf16 weights alone (random, as above): no
+ * gradients or fp32 masters, which for the 14B shape would take 59 GB and
+ * more. The generation benchmarks run the 8B and 14B shapes this way. */
+typedef struct {
+    model m;
+    void *weights; /* one allocation behind every parameter pointer */
+    double weight_bytes;
+    double kv_token_bytes; /* K and V of one token over all layers (bf16) */
+} bench_model;
+
+static inline void bench_model_open(bench_model *b, const model_config *c, ops_ctx *ctx, const char *prog) {
+    bench_must(prog, model_create_ex(&b->m, c, ctx, 8, 0, 0), "model_create_ex");
+    const param_layout *pl = &b->m.layout;
+    const size_t A = ops_act_size(ctx);
+    const size_t n = pl->embed_size + (size_t)c->n_layers * pl->layer_size + pl->final_norm_size + pl->lm_head_size;
+    char *w = ops_alloc(ctx, n * A);
+    b->weights = w;
+    b->m.params.embed = w, w += pl->embed_size * A;
+    for (int l = 0; l < c->n_layers; l++) b->m.params.layers[l] = w, w += pl->layer_size * A;
+    b->m.params.final_norm = w, w += pl->final_norm_size * A;
+    b->m.params.lm_head = pl->lm_head_size ? w : NULL;
+    bench_random_weights(&b->m, 88172645463325252ull);
+    b->weight_bytes = (double)n * A;
+    b->kv_token_bytes = 2.0 * 2.0 * c->n_layers * c->n_kv_heads * c->head_dim;
+}
+
+static inline void bench_model_close(bench_model *b) {
+    ops_ctx *ctx = b->m.ctx;
+    model_free(&b->m);
+    ops_free(ctx, b->weights);
+}
+
 #endif

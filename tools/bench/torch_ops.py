@@ -152,6 +152,30 @@ def matmul(M, N, K, ta, tb):
     return median_us(lambda: torch.matmul(a, b))
 
 
+def matmul_decode(M, N, K, f32):
+    """A decode step's product x @ W^T, each call on the next of enough
+    copies of W to fill 256 MB (as bench_ops does: a step's layers read
+    distinct weights, so none is warm in L2), timed 10 calls back to back.
+    fp32 logits for the lm head."""
+    copies = max(1, -(-256_000_000 // (2 * N * K)))
+    ws = [torch.randn(N, K, device=DEV, dtype=BF16) * 0.05 for _ in range(copies)]
+    a = torch.randn(M, K, device=DEV, dtype=BF16)
+    state = {"i": 0}
+
+    def step():
+        w = ws[state["i"] % copies]
+        state["i"] += 1
+        if f32:
+            return torch.matmul(a, w.t()).float()
+        return torch.matmul(a, w.t())
+
+    def ten():
+        for _ in range(10):
+            step()
+
+    return median_us(ten) / 10
+
+
 def copy_tbps():
     n = 1 << 30  # 2 GiB of bf16
     src = torch.randn(n, device=DEV, dtype=BF16)
@@ -177,6 +201,8 @@ def run(spec):
         return adamw(*d)
     if op == "matmul":
         return matmul(*d)
+    if op == "matmul_decode":
+        return matmul_decode(*d)
     raise ValueError(f"unknown case '{spec}'")
 
 
