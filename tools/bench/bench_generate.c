@@ -506,7 +506,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ops") && i + 3 < argc) {
             ops_model = argv[++i];
             ops_batch = atoi(argv[++i]), ops_ctx_len = atoi(argv[++i]);
-            if (strcmp(ops_model, "1.7b") && strcmp(ops_model, "8b") && strcmp(ops_model, "14b")) {
+            if (!bench_shape_named(ops_model)) {
                 fprintf(stderr, "bench_generate: --ops %s: expected the model 1.7b, 8b or 14b\n", ops_model);
                 return 2;
             }
@@ -536,27 +536,27 @@ int main(int argc, char **argv) {
     ctx.tuning.no_pdl = !pdl;
     bw = bench_roofline_bandwidth(&ctx, bw);
     if (ops_model) {
-        const model_config *oc = !strcmp(ops_model, "1.7b") ? &qwen3_1_7b : !strcmp(ops_model, "8b") ? &qwen3_8b
-                                                                                                 : &qwen3_14b;
         bench_model bm;
-        bench_model_open(&bm, oc, &ctx, "bench_generate");
-        double enq, serial, pip;
+        bench_model_open(&bm, bench_shape_named(ops_model), &ctx, "bench_generate");
         const double roof = (bm.weight_bytes + bm.kv_token_bytes * ops_batch * ops_ctx_len) / bw * 1e3;
         printf("model: Qwen3-%s shape, %.2f GB of bf16 weights\n", ops_model, bm.weight_bytes / 1e9);
-        /* The step as the engine runs it, then with the 9..64-row products
-         * all on the skinny kernel and all on cuBLASLt (ops_tuning.skinny_use). */
-        for (int use = 0; use >= -1; use = use == 0 ? 1 : use == 1 ? -1 : -2) {
-            ctx.tuning.skinny_use = use;
-            launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &serial, &pip);
+        /* The step as the engine runs it, then (past the few-row products)
+         * with the 9..64-row products all on the skinny kernel and all on
+         * cuBLASLt (ops_tuning.skinny_use). The op table gets the first. */
+        static const int uses[3] = {0, 1, -1};
+        static const char *const use_names[3] = {"", ", every product on the skinny kernel",
+                                                 ", no product on the skinny kernel"};
+        double serial = 0.0;
+        for (int u = 0; u < (ops_batch > 8 ? 3 : 1); u++) {
+            double enq, ser, pip;
+            ctx.tuning.skinny_use = uses[u];
+            launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &ser, &pip);
+            if (u == 0) serial = ser;
             printf("\n[one decode step, batch %d, context %d%s] waited on %.3f ms, back to back %.3f ms/step; "
                    "roofline %.3f ms (weights + K/V at %.2f TB/s): %.1f%% of it\n",
-                   ops_batch, ops_ctx_len, use == 0 ? "" : use > 0 ? ", every product on the skinny kernel"
-                                                                 : ", no product on the skinny kernel",
-                   serial, pip, roof, bw / 1e12, 100.0 * roof / pip);
-            if (ops_batch <= 8) break; /* the few-row products: no skinny kernel */
+                   ops_batch, ops_ctx_len, use_names[u], ser, pip, roof, bw / 1e12, 100.0 * roof / pip);
         }
         ctx.tuning.skinny_use = 0;
-        launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &serial, &pip);
         printf("\n[per-op times, batch %d, context %d]\n", ops_batch, ops_ctx_len);
         op_table(&bm.m, ops_batch, ops_ctx_len, serial);
         printf("\n[the decode step's critical path, batch %d, context %d]\n", ops_batch, ops_ctx_len);

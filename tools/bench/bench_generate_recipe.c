@@ -263,10 +263,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_generate_recipe: --only %s: expected rl, long or big\n", only);
         return 2;
     }
-    const model_config *rl_cfg = !strcmp(rl_model, "1.7b") ? &qwen3_1_7b
-                                 : !strcmp(rl_model, "8b") ? &qwen3_8b
-                                 : !strcmp(rl_model, "14b") ? &qwen3_14b
-                                                            : NULL;
+    const model_config *rl_cfg = bench_shape_named(rl_model);
     if (!rl_cfg) {
         fprintf(stderr, "bench_generate_recipe: --rl-model %s: expected 1.7b, 8b or 14b\n", rl_model);
         return 2;

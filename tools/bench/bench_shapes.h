@@ -5,6 +5,8 @@
 #ifndef DK_BENCH_SHAPES_H
 #define DK_BENCH_SHAPES_H
 
+#include <string.h>
+
 #include "model/config.h"
 
 #define BENCH_QWEN3(hidden, inter, layers, heads, tied)                                                          \
@@ -20,5 +22,11 @@ static const model_config qwen3_8b = BENCH_QWEN3(4096, 12288, 36, 32, 0);
 static const model_config qwen3_14b = BENCH_QWEN3(5120, 17408, 40, 40, 0);
 
 #undef BENCH_QWEN3
+
+/* The shape a command line names: "1.7b", "8b" or "14b"; NULL otherwise. */
+static inline const model_config *bench_shape_named(const char *name) {
+    return !strcmp(name, "1.7b") ? &qwen3_1_7b : !strcmp(name, "8b") ? &qwen3_8b : !strcmp(name, "14b") ? &qwen3_14b
+                                                                                                      : NULL;
+}
 
 #endif

@@ -17,6 +17,7 @@ torch.autograd.grad on a retained graph, so only backward kernels count.
 
 usage: torch_ops.py SPEC [SPEC ...]
 """
+import itertools
 import statistics
 import sys
 
@@ -158,20 +159,14 @@ def matmul_decode(M, N, K, f32):
     distinct weights, so none is warm in L2), timed 10 calls back to back.
     fp32 logits for the lm head."""
     copies = max(1, -(-256_000_000 // (2 * N * K)))
-    ws = [torch.randn(N, K, device=DEV, dtype=BF16) * 0.05 for _ in range(copies)]
+    ws = itertools.cycle([torch.randn(N, K, device=DEV, dtype=BF16) * 0.05 for _ in range(copies)])
     a = torch.randn(M, K, device=DEV, dtype=BF16)
-    state = {"i": 0}
-
-    def step():
-        w = ws[state["i"] % copies]
-        state["i"] += 1
-        if f32:
-            return torch.matmul(a, w.t()).float()
-        return torch.matmul(a, w.t())
 
     def ten():
         for _ in range(10):
-            step()
+            y = torch.matmul(a, next(ws).t())
+            if f32:
+                y = y.float()
 
     return median_us(ten) / 10
 
