@@ -14,6 +14,14 @@ default (sampled at temperature 1, never stopping early), two ways:
   "static"` and a CompileConfig). Compilation happens in the warm-up runs,
   which use the timed runs' exact shapes.
 
+--chunk N generates the batch as consecutive sub-batches of N sequences
+within each timed run (the run's tokens over the time of all of them): the
+static cache of the RL shape (batch 256, 3k tokens) is about 90 GB, which
+an 80 GB card cannot hold at once. A smaller batch reads the weights more
+often per token, so a chunked figure can only be lower than the whole
+batch's would be, and our ratio against it higher: the output says when a
+run was chunked.
+
 Each way runs --repeats times after its warm-up; the figure is the median,
 printed with its spread (min-max). The last lines are machine-readable:
 `hf_tokens_per_s <median>` (plain generate: bench_generate's --hf-tps) and
@@ -21,7 +29,7 @@ printed with its spread (min-max). The last lines are machine-readable:
 engine's tokens/s on the same shape), the ratio against both is printed.
 
 Usage: python3 tools/bench/bench_generate_hf.py [--batch 64] [--prompt 512] [--new 256] [--repeats 5]
-       [--ours-tps X] [--skip-plain] [--skip-static]
+       [--chunk N] [--ours-tps X] [--skip-plain] [--skip-static]
 """
 import argparse
 import statistics
@@ -42,6 +50,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--chunk", type=int, default=0, help="sequences generated at once (default: the whole batch)")
     ap.add_argument("--ours-tps", type=float, default=0.0, help="the engine's tokens/s on the same shape")
     ap.add_argument("--skip-plain", action="store_true", help="time only the static-cache compiled generate")
     ap.add_argument("--skip-static", action="store_true", help="time only plain generate")
@@ -49,6 +58,10 @@ def main():
     for name in ("batch", "prompt", "new", "repeats"):
         if getattr(args, name) < 1:
             ap.error(f"--{name}: must be at least 1")
+    if args.chunk < 0 or args.chunk > args.batch or (args.chunk and args.batch % args.chunk):
+        # equal chunks: one more batch size would compile and capture again
+        ap.error(f"--chunk: must divide --batch ({args.batch})")
+    chunk = args.chunk or args.batch
     if args.ours_tps < 0:
         ap.error("--ours-tps: must be positive")
     if not torch.cuda.is_available():
@@ -63,16 +76,20 @@ def main():
     with torch.device("cuda"):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
     ids = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt), device="cuda")
-    mask = torch.ones_like(ids)
     kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=0, eos_token_id=None)
     static_kw = dict(cache_implementation="static", compile_config=CompileConfig(mode="reduce-overhead"))
 
     def run(n_new, extra):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new, **kw, **extra)
+        new = n_new
+        for b in range(0, args.batch, chunk):
+            part = ids[b:b + chunk]
+            out = model.generate(part, attention_mask=torch.ones_like(part), max_new_tokens=n_new,
+                                 min_new_tokens=n_new, **kw, **extra)
+            new = min(new, out.shape[1] - args.prompt)
         torch.cuda.synchronize()
-        return out.shape[1] - args.prompt, time.perf_counter() - t0
+        return new, time.perf_counter() - t0
 
     def timed(label, extra, warmups):
         for i in range(warmups):
@@ -82,7 +99,8 @@ def main():
         for i in range(args.repeats):
             new, dt = run(args.new, extra)
             rates.append(args.batch * new / dt)
-            print(f"{label} run {i + 1}: batch {args.batch}, prompt {args.prompt}, {new} new tokens in {dt:.2f} s"
+            chunked = f" in chunks of {chunk}" if chunk < args.batch else ""
+            print(f"{label} run {i + 1}: batch {args.batch}{chunked}, prompt {args.prompt}, {new} new tokens in {dt:.2f} s"
                   f" = {rates[-1]:.1f} tokens/s", flush=True)
         return rates
 
