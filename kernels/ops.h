@@ -62,10 +62,10 @@ typedef struct ops_tuning {
      * plain kernel, query groups the warp kernel cannot hold the
      * tensor-core one. */
     int paged_kernel;
-    /* The warp kernel's plan: decode_warps a CTA (4, or 8) and
+    /* The warp kernel's plan: decode_warps a CTA (4, 8 or 16) and
      * decode_splits along the context (1 up to the cluster size; 0 is 1).
-     * decode_warps 0 chooses both per call, and so does 8 where a query
-     * group is too wide for 8 warps. */
+     * decode_warps 0 chooses both per call, and so do 8 and 16 where a
+     * query group is too wide for that many warps. */
     int decode_warps;
     int decode_splits;
     /* Non-zero: the decode-step kernels start as ordinary launches rather
@@ -107,6 +107,25 @@ typedef struct {
     uint64_t seed;
     uint64_t counter; /* e.g. the token's position in its sequence */
 } sample_params;
+
+/* Sequences of an ops_paged_attention call that share their leading cached
+ * pages (the samples of one prompt under prefix sharing), so their common
+ * keys can be read once per group instead of once per sequence. Group j is
+ * the call's sequences first[j] .. end[j]-1 (groups in order, apart); their
+ * first len[j] cached positions (whole pages, before every query of the
+ * group) are the pages in row j of block_table (the call's max_pages per
+ * row). skip[s] is the len of sequence s's group, 0 for a sequence in
+ * none. All device memory but n and max_len (the largest len, which sizes
+ * the launch). The result is the same attention as without the groups: the
+ * CPU backend checks the contract and aborts naming what breaks it, and a
+ * backend may read the keys either way. */
+typedef struct ops_kv_groups {
+    int n, max_len;
+    const int32_t *first, *end; /* [n] */
+    const int32_t *len;         /* [n] */
+    const int32_t *block_table; /* [n, max_pages] */
+    const int32_t *skip;        /* [n_seqs] */
+} ops_kv_groups;
 
 /* ---- context ------------------------------------------------------------------- */
 

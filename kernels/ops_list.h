@@ -249,13 +249,17 @@ DK_OP(qkv_to_cache,
  * cu_q[s] .. cu_q[s+1]-1, the last n_q of its ctx_lens[s] cached tokens (their
  * k/v already written), and query i attends causally to cached positions
  * 0 .. ctx_lens[s] - n_q + i. q and out are [T, Hq, D]; GQA as above. Long
- * contexts may be split along the context and merged (scratch). Which
- * kernel serves a call on CUDA can be pinned (ops_tuning.paged_kernel). */
+ * contexts may be split along the context and merged (scratch). groups
+ * (NULL or n = 0: none) names sequences that share leading pages
+ * (ops_kv_groups in ops.h); on CUDA a decode step then reads those keys
+ * once per group. Which kernel serves a call on CUDA can be pinned
+ * (ops_tuning.paged_kernel). */
 DK_OP(paged_attention,
       (ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache, const int32_t *block_table,
        int max_pages, const int32_t *ctx_lens, const int32_t *cu_q, int n_seqs, int T, int Hq, int Hkv, int D,
-       int page_size, float scale),
-      (ctx, out, q, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, n_seqs, T, Hq, Hkv, D, page_size, scale))
+       int page_size, float scale, const ops_kv_groups *groups),
+      (ctx, out, q, k_cache, v_cache, block_table, max_pages, ctx_lens, cu_q, n_seqs, T, Hq, Hkv, D, page_size, scale,
+       groups))
 /* Samples one token per row of logits[n, V] (fp32; may be overwritten as
  * scratch) after temperature, top-k and top-p truncation (sample_params in
  * ops.h). logprob[i] is the sampled token's log-probability under

@@ -49,7 +49,11 @@ __device__ __forceinline__ void find_tile(const pa_args &a, int z, int *seq, int
     for (int s0 = 0; s0 < a.n_seqs; s0 += 32) {
         const int s = s0 + lane;
         int tiles = 0;
-        if (s < a.n_seqs) tiles = ((a.cu_q[s + 1] - a.cu_q[s]) * a.G + PA_ROWS - 1) / PA_ROWS;
+        if (s < a.n_seqs) {
+            int q0, q1;
+            pa_q_range(a, s, &q0, &q1);
+            tiles = ((q1 - q0) * a.G + PA_ROWS - 1) / PA_ROWS;
+        }
         int incl = tiles;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -90,8 +94,9 @@ __global__ void __launch_bounds__(PA_THREADS) paged_attention_mma(pa_args a) {
     const int gid = lane >> 2, tq = lane & 3;
     const int g = blockIdx.y, split = blockIdx.x;
 
-    /* Padding rows after the last sequence's queries are zero. */
-    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    /* Padding rows after the last sequence's queries are zero (the group
+     * pass writes partials only). */
+    if (!a.prefix && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
         const int covered = a.cu_q[a.n_seqs];
         for (size_t i = (size_t)covered * a.Hq * D + tid; i < (size_t)a.T * a.Hq * D; i += PA_THREADS)
             a.out[i] = __float2bfloat16_rn(0.0f);
@@ -100,10 +105,13 @@ __global__ void __launch_bounds__(PA_THREADS) paged_attention_mma(pa_args a) {
     __syncthreads();
     const int s = sh_seq;
     if (s < 0) return;
-    const int q0 = a.cu_q[s], nq = a.cu_q[s + 1] - q0, len = a.ctx_lens[s];
+    int q0, q1;
+    pa_q_range(a, s, &q0, &q1);
+    const int nq = q1 - q0, len = a.ctx_lens[s];
     const int M = nq * a.G, row0 = sh_tile * PA_ROWS;
     const int Mt = min(PA_ROWS, M - row0);
-    const int kv_end = len - nq + (row0 + Mt - 1) / a.G + 1; /* the tile's last row sees keys < kv_end */
+    /* The tile's last row sees keys < kv_end; a group's queries see all its keys. */
+    const int kv_end = a.prefix ? len : len - nq + (row0 + Mt - 1) / a.G + 1;
     const int k_begin = split * a.chunk;
     const int k_end = min(k_begin + a.chunk, kv_end);
     if (k_begin >= k_end) return;
@@ -125,7 +133,7 @@ __global__ void __launch_bounds__(PA_THREADS) paged_attention_mma(pa_args a) {
         const int r = row0 + slice * 16 + gid + 8 * h;
         if (active && r < row0 + Mt) {
             const int i = r / a.G, j = r % a.G;
-            lim[h] = len - nq + i;
+            lim[h] = a.prefix ? len - 1 : len - nq + i;
             qrow[h] = a.q + ((size_t)(q0 + i) * a.Hq + (size_t)g * a.G + j) * D;
         } else {
             lim[h] = -1;
@@ -318,7 +326,7 @@ __global__ void __launch_bounds__(PA_THREADS) paged_attention_mma(pa_args a) {
         const int i = r / a.G, j = r % a.G;
         const size_t t = (size_t)(q0 + i), head = (size_t)g * a.G + j;
         const float inv = l_run[h] > 0.0f ? 1.0f / l_run[h] : 0.0f;
-        if (a.nsplit == 1) {
+        if (a.nsplit == 1 && !a.prefix) {
             bf16 *dst = a.out + (t * a.Hq + head) * D;
 #pragma unroll
             for (int n = 0; n < NT; n++)
@@ -513,6 +521,44 @@ static int choose_splits(long units, int slots, int max_ctx, int max_split) {
     return best;
 }
 
+/* The group pass before a grouped decode launch (ops_kv_groups): this
+ * file's tensor-core kernel over each group's shared keys, its queries the
+ * rows of a tile (sequences x query heads), into fp32 partials in scratch
+ * that the decode kernel adds in. Sets a's skip and pre_* fields; 0 (and
+ * nothing queued) when the partials of one split outgrow the scratch. */
+static int launch_group_pass(ops_ctx *ctx, pa_args &a, const ops_kv_groups *gr) {
+    const size_t per_split = (size_t)a.T * a.Hq * (a.D + 1) * sizeof(float);
+    if (per_split > ctx->scratch_size) return 0;
+    pa_args p = a;
+    p.prefix = 1;
+    p.g_first = gr->first;
+    p.g_end = gr->end;
+    p.ctx_lens = gr->len;
+    p.bt = gr->block_table;
+    p.n_seqs = gr->n;
+    const long tiles = ((long)a.T * a.G + 63L * gr->n) / PA_ROWS;
+    const int slots = cuda_sm_count(ctx) * mma_per_sm(ctx, a.D);
+    int nsplit = choose_splits(tiles * a.Hkv, slots, gr->max_len, (gr->max_len + PA_KT - 1) / PA_KT);
+    nsplit = splits_in_scratch(ctx, nsplit, per_split);
+    p.chunk = split_chunk(gr->max_len, PA_KT, &nsplit);
+    p.nsplit = nsplit;
+    float *scr = (float *)ctx_scratch(ctx, (size_t)nsplit * per_split, "ops_paged_attention");
+    p.part_o = scr;
+    p.part_lse = scr + (size_t)nsplit * a.T * a.Hq * a.D;
+    switch (a.D) {
+    case 32: launch_mma<32>(ctx, p, (int)tiles); break;
+    case 64: launch_mma<64>(ctx, p, (int)tiles); break;
+    case 128: launch_mma<128>(ctx, p, (int)tiles); break;
+    case 256: launch_mma<256>(ctx, p, (int)tiles); break;
+    }
+    a.skip = gr->skip;
+    a.pre_o = p.part_o;
+    a.pre_lse = p.part_lse;
+    a.pre_n = nsplit;
+    a.pre_chunk = p.chunk;
+    return 1;
+}
+
 /* The decode kernel's launch: its warps and splits (one cluster a token and
  * KV head, merged on chip: no scratch, no second kernel). */
 static void launch_decode(ops_ctx *ctx, pa_args &a, int max_ctx) {
@@ -526,7 +572,7 @@ static void launch_decode(ops_ctx *ctx, pa_args &a, int max_ctx) {
 extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,
                                      const int32_t *block_table, int max_pages, const int32_t *ctx_lens,
                                      const int32_t *cu_q, int n_seqs, int T, int Hq, int Hkv, int D, int page_size,
-                                     float scale) {
+                                     float scale, const ops_kv_groups *groups) {
     if (n_seqs < 0 || T < 0 || Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0 || D <= 0 || D > 256 || page_size <= 0 ||
         max_pages <= 0)
         DK_ABORT("ops_paged_attention: bad shape n_seqs=%d T=%d Hq=%d Hkv=%d D=%d page_size=%d max_pages=%d "
@@ -571,6 +617,14 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     if (kind == OPS_PAGED_DECODE && !cuda_paged_decode_fits(D, a.G)) kind = OPS_PAGED_MMA;
     const int max_ctx = max_pages * page_size;
     if (kind == OPS_PAGED_DECODE) {
+        /* Groups change only where keys are read: the other kernels read
+         * every sequence's own pages, which gives the same attention. */
+        if (groups && groups->n > 0) {
+            if (groups->n > n_seqs || groups->max_len <= 0 || groups->max_len > max_ctx)
+                DK_ABORT("ops_paged_attention: groups n = %d, max_len = %d for %d sequences of at most %d keys",
+                         groups->n, groups->max_len, n_seqs, max_ctx);
+            launch_group_pass(ctx, a, groups);
+        }
         launch_decode(ctx, a, max_ctx);
         return;
     }

@@ -14,6 +14,17 @@ struct pa_args {
     float *part_o, *part_lse; /* [nsplit, T, Hq, D], [nsplit, T, Hq] when nsplit > 1 */
     int max_pages, n_seqs, T, Hq, Hkv, G, D, page_size, chunk, nsplit;
     float scale_log2; /* scale * log2(e) */
+    /* Groups that share leading pages (ops_kv_groups). The tensor-core
+     * kernel's group pass (prefix = 1) serves group s (of n_seqs groups) as
+     * one sequence: the queries of sequences g_first[s] .. g_end[s]-1
+     * against the group's len keys (ctx_lens = the groups' len, bt =
+     * theirs), with no causal limit, and writes partials always. The decode
+     * kernel then starts sequence s at key skip[s] and adds the pre_n
+     * partials (pre_o, pre_lse, chunk pre_chunk, laid out as part_o and
+     * part_lse) into its rows' output. */
+    int prefix, pre_n, pre_chunk;
+    const int32_t *g_first, *g_end, *skip;
+    const float *pre_o, *pre_lse;
 };
 
 /* The sequence holding token t (cu_q[s] <= t < cu_q[s + 1]); n_seqs for a
@@ -26,6 +37,12 @@ __device__ __forceinline__ int pa_seq_of(const pa_args &a, int t) {
         else hi = mid;
     }
     return lo;
+}
+
+/* The query tokens q0 .. q1-1 of sequence s, or with a.prefix of group s. */
+__device__ __forceinline__ void pa_q_range(const pa_args &a, int s, int *q0, int *q1) {
+    if (a.prefix) *q0 = a.cu_q[a.g_first[s]], *q1 = a.cu_q[a.g_end[s]];
+    else *q0 = a.cu_q[s], *q1 = a.cu_q[s + 1];
 }
 
 /* paged_decode.cu: whether it serves head dim D with G query heads per KV

@@ -24,6 +24,13 @@
  * 11.0 to 5.7 us at batch 1, 1k context). At most PD_MAX_SPLIT splits (the
  * largest cluster), so long contexts give each warp several steps.
  *
+ * Groups of sequences that share leading pages (ops_kv_groups): the
+ * tensor-core kernel of paged_attention.cu first reads each group's shared
+ * keys once for all its queries (an mma tile of sequences x heads) into
+ * fp32 partials; each CTA here then starts its sequence past them and adds
+ * those partials into its output (pd_finish), so 16 samples of one prompt
+ * read the prompt's pages once, not 16 times.
+ *
  * Any query count per sequence is served correctly (each token has its own
  * causal end), but keys are re-read per token, so the host picks this
  * kernel only when sequences carry few query rows (see cuda_paged_attention).
@@ -43,8 +50,35 @@ namespace cg = cooperative_groups;
  * registers would otherwise cost occupancy. */
 __host__ __device__ constexpr int pd_unroll(int GM) { return GM <= 2 ? 4 : 2; }
 
-/* Whether 8-warp CTAs fit: their warp states in static shared memory. */
-__host__ __device__ constexpr bool pd_wide_fits(int D, int GM) { return 8 * GM * D * (int)sizeof(float) <= 32768; }
+/* Whether CTAs of nw warps (8 or 16; 4 always) fit: their warp states in
+ * static shared memory, and at 16 warps (128 registers a thread) groups of
+ * up to 4 heads, as wider ones spill. */
+__host__ __device__ constexpr bool pd_wide_fits(int D, int GM, int nw) {
+    return nw * GM * D * (int)sizeof(float) <= 32768 && (nw < 16 || GM <= 4);
+}
+
+/* Row (t, head)'s output at dim d from this kernel's keys (max mx, sum L
+ * and unnormalised O, log2 domain) and, where its sequence starts past a
+ * group's skip shared keys, the group pass's normalised partials of those
+ * keys (weights 2^lse), added in split order after the kernel's own. */
+__device__ __forceinline__ float pd_finish(const pa_args &a, int skip, size_t row, int d, float mx, float L,
+                                           float O) {
+    if (skip > 0) {
+        const int nx = min(a.pre_n, (skip + a.pre_chunk - 1) / a.pre_chunk);
+        const size_t stride = (size_t)a.T * a.Hq;
+        float ref = mx;
+        for (int x = 0; x < nx; x++) ref = fmaxf(ref, a.pre_lse[row + x * stride]);
+        if (ref == -INFINITY) ref = 0.0f;
+        const float f = exp2f(mx - ref);
+        L *= f, O *= f;
+        for (int x = 0; x < nx; x++) {
+            const float w = exp2f(a.pre_lse[row + x * stride] - ref);
+            L += w;
+            O = fmaf(w, a.pre_o[(row + x * stride) * a.D + d], O);
+        }
+    }
+    return L > 0.0f ? O / L : 0.0f;
+}
 
 template <int D, int GM, int NW>
 __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
@@ -77,7 +111,10 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     }
     const int nq = a.cu_q[s + 1] - a.cu_q[s], i = t - a.cu_q[s];
     const int row_end = a.ctx_lens[s] - nq + i + 1;
-    const int k_begin = split * a.chunk, k_end = min(k_begin + a.chunk, row_end);
+    /* A sequence in a group starts past the shared keys, which the group
+     * pass has read (pd_finish adds them). */
+    const int skip = a.skip ? a.skip[s] : 0;
+    const int k_begin = skip + split * a.chunk, k_end = min(k_begin + a.chunk, row_end);
     const int fresh = a.ctx_lens[s] - nq; /* keys from here on are this step's, written by the kernel before */
     const size_t tok_stride = (size_t)a.Hkv * D, head_off = (size_t)g * D + (size_t)part * 8;
     const int32_t *pages = a.bt + (size_t)s * a.max_pages;
@@ -232,7 +269,8 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
             O += sh_o[w][j][d] * f;
         }
         if (a.nsplit == 1) {
-            a.out[((size_t)t * a.Hq + (size_t)g * G + j) * D + d] = __float2bfloat16_rn(L > 0.0f ? O / L : 0.0f);
+            const size_t row = (size_t)t * a.Hq + (size_t)g * G + j;
+            a.out[row * D + d] = __float2bfloat16_rn(pd_finish(a, skip, row, d, mx, L, O));
         } else {
             sh_o[0][j][d] = O;
             if (d == 0) cl_ml[j][0] = mx, cl_ml[j][1] = L;
@@ -269,7 +307,8 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
                 L += ls[x] * f;
                 O += os[x] * f;
             }
-            a.out[((size_t)t * a.Hq + (size_t)g * G + j) * D + d] = __float2bfloat16_rn(L > 0.0f ? O / L : 0.0f);
+            const size_t row = (size_t)t * a.Hq + (size_t)g * G + j;
+            a.out[row * D + d] = __float2bfloat16_rn(pd_finish(a, skip, row, d, mx, L, O));
         }
     }
     cluster.sync();
@@ -281,7 +320,10 @@ typedef void (*pd_kernel)(pa_args);
 
 template <int D, int GM>
 static pd_kernel kernel_for_nw(int nw) {
-    if constexpr (pd_wide_fits(D, GM)) {
+    if constexpr (pd_wide_fits(D, GM, 16)) {
+        if (nw == 16) return paged_decode<D, GM, 16>;
+    }
+    if constexpr (pd_wide_fits(D, GM, 8)) {
         if (nw == 8) return paged_decode<D, GM, 8>;
     }
     return paged_decode<D, GM, 4>;
@@ -307,37 +349,49 @@ int cuda_paged_decode_fits(int D, int G) {
     return (D == 32 || D == 64 || D == 128 || D == 256) && G >= 1 && G <= PD_MAX_G;
 }
 
-/* The largest cluster a kernel can be launched with: PD_MAX_SPLIT where the
- * GPU schedules such clusters of its CTAs, else the portable 8. Asked once
- * a kernel (the answer also sets the kernel's non-portable attribute). */
-static int pd_cluster_max(const ops_ctx *ctx, pd_kernel k, int nw) {
+/* How many clusters of n CTAs (1 .. PD_MAX_SPLIT) of kernel k can be
+ * resident at once: a cluster's CTAs share one GPC, so wide CTAs in large
+ * clusters may fit fewer clusters than the CTA count suggests. 0 where the
+ * GPU refuses that size (past the portable 8 on some). Asked once a kernel
+ * and device (which also sets the kernel's non-portable attribute). */
+static int pd_clusters_resident(const ops_ctx *ctx, pd_kernel k, int nw, int n) {
     static struct {
         pd_kernel k;
-        int dev, n;
+        int dev, resident[PD_MAX_SPLIT + 1];
     } seen[64];
     static int n_seen;
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < n_seen; i++)
-        if (seen[i].k == k && seen[i].dev == ctx->gpu) {
-            const int n = seen[i].n;
-            pthread_mutex_unlock(&lock);
-            return n;
+    int i = 0;
+    while (i < n_seen && !(seen[i].k == k && seen[i].dev == ctx->gpu)) i++;
+    if (i == n_seen) {
+        if (n_seen == 64) DK_ABORT("paged_decode: more than 64 kernels and devices to plan for");
+        seen[i].k = k, seen[i].dev = ctx->gpu;
+        const int wide = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+        for (int c = 1; c <= PD_MAX_SPLIT; c++) {
+            int clusters = 0;
+            if (c <= 8 || wide) {
+                cudaLaunchConfig_t cfg = {};
+                cudaLaunchAttribute attr[1];
+                attr[0].id = cudaLaunchAttributeClusterDimension;
+                attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = c, attr[0].val.clusterDim.z = 1;
+                cfg.gridDim = dim3(1, c), cfg.blockDim = dim3(nw * 32), cfg.attrs = attr, cfg.numAttrs = 1;
+                if (cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) != cudaSuccess) clusters = 0;
+            }
+            seen[i].resident[c] = clusters;
         }
-    int n = 8;
-    if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = PD_MAX_SPLIT, attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(1, PD_MAX_SPLIT), cfg.blockDim = dim3(nw * 32), cfg.attrs = attr, cfg.numAttrs = 1;
-        int clusters = 0;
-        if (cudaOccupancyMaxActiveClusters(&clusters, k, &cfg) == cudaSuccess && clusters > 0) n = PD_MAX_SPLIT;
+        (void)cudaGetLastError(); /* a refusal above is an answer, not an error */
+        n_seen++;
     }
-    (void)cudaGetLastError(); /* a refusal above is an answer, not an error */
-    if (n_seen < 64) seen[n_seen].k = k, seen[n_seen].dev = ctx->gpu, seen[n_seen].n = n, n_seen++;
+    const int r = seen[i].resident[n];
     pthread_mutex_unlock(&lock);
-    return n;
+    return r;
+}
+
+/* The largest cluster a kernel can be launched with: PD_MAX_SPLIT where the
+ * GPU schedules such clusters of its CTAs, else the portable 8. */
+static int pd_cluster_max(const ops_ctx *ctx, pd_kernel k, int nw) {
+    return pd_clusters_resident(ctx, k, nw, PD_MAX_SPLIT) > 0 ? PD_MAX_SPLIT : 8;
 }
 
 /* Warps a CTA and splits: the most warps in flight that one wave holds.
@@ -346,10 +400,10 @@ static int pd_cluster_max(const ops_ctx *ctx, pd_kernel k, int nw) {
  * (ctx->tuning.decode_warps and decode_splits, ops.h). */
 int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw) {
     const int forced_nw = ctx->tuning.decode_warps, forced_splits = ctx->tuning.decode_splits;
-    if ((forced_nw != 0 && forced_nw != 4 && forced_nw != 8) || forced_splits < 0)
-        DK_ABORT("ops_tuning.decode_warps = %d, decode_splits = %d: expected 0, 4 or 8 warps and splits >= 0",
+    if ((forced_nw != 0 && forced_nw != 4 && forced_nw != 8 && forced_nw != 16) || forced_splits < 0)
+        DK_ABORT("ops_tuning.decode_warps = %d, decode_splits = %d: expected 0, 4, 8 or 16 warps and splits >= 0",
                  forced_nw, forced_splits);
-    if (forced_nw == 4 || (forced_nw == 8 && pd_wide_fits(D, g_max(G)))) {
+    if (forced_nw == 4 || (forced_nw > 4 && pd_wide_fits(D, g_max(G), forced_nw))) {
         *nw = forced_nw;
         const int cap = pd_cluster_max(ctx, kernel_for(D, G, forced_nw), forced_nw);
         return forced_splits < 1 ? 1 : forced_splits > cap ? cap : forced_splits;
@@ -357,8 +411,11 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
     const long units = T * Hkv;
     int best_nw = 4, best_n = 1;
     long best_warps = -1;
-    for (int w = 8; w >= 4; w -= 4) {
-        if (w == 8 && !pd_wide_fits(D, g_max(G))) continue;
+    /* 8 first, so that a tie keeps the smaller CTA of the two wide ones. */
+    static const int widths[] = {8, 16, 4};
+    for (int wi = 0; wi < 3; wi++) {
+        const int w = widths[wi];
+        if (w > 4 && !pd_wide_fits(D, g_max(G), w)) continue;
         const pd_kernel k = kernel_for(D, G, w);
         const long slots = (long)cuda_sm_count(ctx) * cuda_kernel_per_sm(ctx, (const void *)k, w * 32, 0);
         const long step = (long)w * (32 / (D / 8)) * pd_unroll(g_max(G)); /* keys a CTA step */
@@ -366,6 +423,8 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
         const long most = (max_ctx + step - 1) / step, cap = pd_cluster_max(ctx, k, w);
         if (n > most) n = most;
         if (n > cap) n = cap;
+        /* Fewer splits until the clusters are resident together. */
+        while (n > 1 && pd_clusters_resident(ctx, k, w, (int)n) < units) n--;
         if (n < 1) n = 1;
         const long warps = units <= slots ? units * n * w : 0; /* past one wave: ranked last */
         if (warps > best_warps) best_warps = warps, best_nw = w, best_n = (int)n;

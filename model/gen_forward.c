@@ -80,7 +80,7 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
         ops_qkv_to_cache(ctx, f->qk, f->kv->k[l], f->kv->v[l], rows, c->qk_norm ? W(P_Q_NORM) : NULL,
                          c->qk_norm ? W(P_K_NORM) : NULL, st->pos, st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
         ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
-                            st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale);
+                            st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale, &st->groups);
         ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
         if (c->o_bias) ops_bias_forward(ctx, f->x, W(P_BO), T, C);
         return;
@@ -125,7 +125,7 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
         ops_attention_forward(ctx, f->att, f->lse, qa, ka, v, st->cu_q, st->n_seqs, T, Hq, Hkv, D, scale);
     else
         ops_paged_attention(ctx, f->att, qa, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages, st->ctx_lens,
-                            st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale);
+                            st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale, &st->groups);
     ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
     if (c->o_bias) ops_bias_forward(ctx, f->x, W(P_BO), T, C);
 #undef W

@@ -51,6 +51,7 @@ typedef struct gen_step {
     const int32_t *rows;      /* [n_rows] token rows to take logits from */
     const int32_t *qkv_rows;  /* [T * (Hq/Hkv + 2)] gather order of the fused q|k|v output
                                  (1 < T <= GEN_FUSED_QKV_TOKENS; gen_forward_qkv_rows) */
+    ops_kv_groups groups;     /* sequences that share leading pages (n = 0: none) */
     const sample_params *params; /* [n_rows] */
     int32_t *out_tokens;      /* [n_rows] */
     float *out_logprobs;      /* [n_rows] */

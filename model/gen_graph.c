@@ -12,7 +12,8 @@ static int same_step(const gen_step *a, const gen_step *b) {
            a->fresh == b->fresh && a->gather == b->gather && a->sample == b->sample && a->tokens == b->tokens &&
            a->pos == b->pos && a->slots == b->slots && a->cu_q == b->cu_q && a->ctx_lens == b->ctx_lens &&
            a->block_table == b->block_table && a->rows == b->rows && a->qkv_rows == b->qkv_rows &&
-           a->params == b->params && a->out_tokens == b->out_tokens && a->out_logprobs == b->out_logprobs;
+           a->params == b->params && a->out_tokens == b->out_tokens && a->out_logprobs == b->out_logprobs &&
+           !memcmp(&a->groups, &b->groups, sizeof a->groups);
 }
 
 typedef struct {

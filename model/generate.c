@@ -100,6 +100,7 @@ void gen_config_defaults(gen_config *gc) {
     if (gc->max_context <= 0) gc->max_context = 4096;
     if (!(gc->cache_fraction > 0.0)) gc->cache_fraction = 0.9;
     if (gc->prefix_sharing == 0) gc->prefix_sharing = 1;
+    if (gc->group_reads == 0) gc->group_reads = 1;
 }
 
 static int pages_for(int tokens, int page_size) { return (tokens + page_size - 1) / page_size; }
@@ -129,8 +130,11 @@ static size_t meta_capacity(const gen_engine *e) {
     const size_t T = (size_t)e->cfg.max_step_tokens, B = (size_t)e->cfg.max_batch;
     const size_t TF = T < GEN_FUSED_QKV_TOKENS ? T : GEN_FUSED_QKV_TOKENS;
     const size_t G = (size_t)(e->m->cfg.n_heads / e->m->cfg.n_kv_heads);
+    /* tokens, pos, slots; cu_q, lens; rows; block table; q|k|v gather;
+     * then the groups' first, end, len and block table, and skip. */
     return B * sizeof(sample_params) +
-           sizeof(int32_t) * (3 * T + 2 * B + 1 + B + B * (size_t)e->max_pages_seq + TF * (G + 2));
+           sizeof(int32_t) * (3 * T + 2 * B + 1 + B + B * (size_t)e->max_pages_seq + TF * (G + 2) +
+                              4 * B + B * (size_t)e->max_pages_seq);
 }
 
 dk_status gen_create(gen_engine **out, model *m, const gen_config *gc_in) {
@@ -150,6 +154,9 @@ dk_status gen_create(gen_engine **out, model *m, const gen_config *gc_in) {
     if (gc.prefix_sharing != 1 && gc.prefix_sharing != -1)
         return dk_fail(DK_ERR_USAGE, "generation: prefix_sharing = %d must be 1 (on), -1 (off) or 0 (the default)",
                        gc.prefix_sharing);
+    if (gc.group_reads != 1 && gc.group_reads != -1)
+        return dk_fail(DK_ERR_USAGE, "generation: group_reads = %d must be 1 (on), -1 (off) or 0 (the default)",
+                       gc.group_reads);
     if (gc.cache_fraction > 1.0)
         return dk_fail(DK_ERR_USAGE, "generation: cache_fraction = %g must be in (0, 1]", gc.cache_fraction);
     const size_t page_bytes = gen_page_bytes(mc, ctx, gc.page_size);
@@ -469,6 +476,44 @@ dk_status gen_check_pages(const gen_engine *e) {
 
 /* ---- steps ----------------------------------------------------------------------- */
 
+/* The groups of a decode step (ops_kv_groups): runs of adjacent entries
+ * whose leading pages are the same pages, at least two sequences and one
+ * page. A run grows while the next sequence holds all of the pages the run
+ * shares so far (the first follower sets how many), and only pages wholly
+ * before a sequence's new tokens count. Fills the arrays (first, end, len:
+ * [n]; bt: [n, maxp]; skip: [n entries]) and returns the group count. */
+static int build_groups(const gen_engine *e, const step_entry *en, int n, int maxp, int32_t *first, int32_t *end,
+                        int32_t *len, int32_t *bt, int32_t *skip, int *max_len) {
+    const int P = e->cfg.page_size;
+    int ng = 0;
+    *max_len = 0;
+    memset(skip, 0, (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n;) {
+        const gen_seq *a = en[i].s;
+        int common = -1, j = i + 1;
+        for (; j < n; j++) {
+            const gen_seq *b = en[j].s;
+            int lim = b->n_cached / P < a->n_cached / P ? b->n_cached / P : a->n_cached / P, c = 0;
+            if (common >= 0 && lim > common) lim = common;
+            while (c < lim && b->pages[c] == a->pages[c]) c++;
+            if (c == 0 || (common >= 0 && c < common)) break;
+            common = c;
+        }
+        if (common <= 0) {
+            i++;
+            continue;
+        }
+        first[ng] = i, end[ng] = j, len[ng] = common * P;
+        memcpy(bt + (size_t)ng * maxp, a->pages, (size_t)common * sizeof(int32_t));
+        memset(bt + (size_t)ng * maxp + common, 0, (size_t)(maxp - common) * sizeof(int32_t));
+        for (int k = i; k < j; k++) skip[k] = common * P;
+        if (common * P > *max_len) *max_len = common * P;
+        ng++;
+        i = j;
+    }
+    return ng;
+}
+
 /* Packs, uploads and queues one step over entries[0..n-1] in the next
  * step buffer. The step's input tokens are the sequences' own, or with
  * tokens_dev the rows a step before sampled, still on the device (a step
@@ -504,7 +549,20 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
     int32_t *tok = ints, *pos = tok + T, *slot = pos + T, *cu = slot + T, *lens = cu + n + 1, *rowv = lens + n;
     int32_t *bt = rowv + rows, *qkv_rows = bt + (size_t)n * maxp;
     const int n_qkv = gen_forward_qkv_rows(&e->m->cfg, T, qkv_rows);
-    size_t used = (size_t)((char *)(qkv_rows + n_qkv) - sb->meta_host);
+    /* Groups only in decode steps (one new token a sequence), whose
+     * sequences have cached pages to share. */
+    int32_t *g_first = qkv_rows + n_qkv, *g_end = g_first + n, *g_len = g_end + n, *g_bt = g_len + n;
+    int32_t *g_skip = g_bt + (size_t)n * maxp;
+    int n_groups = 0, g_max_len = 0;
+    if (e->cfg.group_reads > 0 && sample && T == n && rows == n && !fresh && n >= 2) {
+        n_groups = build_groups(e, en, n, maxp, g_first, g_end, g_len, g_bt, g_skip, &g_max_len);
+        /* The longest group sizes the launch (a graph's shape): rounded up
+         * like the block table, so a graph holds while groups come and go. */
+        const int bucket = GEN_GRAPH_PAGE_BUCKET * P;
+        g_max_len = (g_max_len + bucket - 1) / bucket * bucket;
+        if (g_max_len > maxp * P) g_max_len = maxp * P;
+    }
+    size_t used = (size_t)((char *)(n_groups ? g_skip + n : qkv_rows + n_qkv) - sb->meta_host);
     if (used > e->meta_bytes) DK_ABORT("generation: step metadata of %zu bytes exceeds the planned %zu", used, e->meta_bytes);
 
     int t = 0, r = 0;
@@ -548,6 +606,12 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
         .params = (const sample_params *)dev,
         .out_tokens = (int32_t *)sb->out_dev, .out_logprobs = (float *)((int32_t *)sb->out_dev + rows),
     };
+    if (n_groups) {
+        st.groups = (ops_kv_groups){.n = n_groups, .max_len = g_max_len, .first = DEV(g_first), .end = DEV(g_end),
+                                    .len = DEV(g_len), .block_table = DEV(g_bt), .skip = DEV(g_skip)};
+        e->stats.grouped_steps++;
+        for (int j = 0; j < n_groups; j++) e->stats.group_skipped += (long)(g_end[j] - g_first[j] - 1) * g_len[j];
+    }
 #undef DEV
     /* On the CPU the widened block table is all a graph step changes. */
     const gen_graph_result gr = graph && e->ctx->device == DK_DEVICE_CUDA ? gen_graphs_run(&e->graphs, &e->fwd, &st)

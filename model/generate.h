@@ -29,6 +29,13 @@
  * preempted or evicted sequence gives up its references, and a page returns
  * to the pool when its last holder lets it go.
  *
+ * Grouped reads (gen_config.group_reads): in a decode step, adjacent
+ * sequences whose leading pages are the same pages form a group
+ * (ops_kv_groups), and the attention reads those pages once for the whole
+ * group instead of once per sequence: 16 samples of a 2k-token prompt read
+ * it once a step. The groups are a reading plan only; the attention is the
+ * same, and the CPU backend checks each step's groups against its pages.
+ *
  * Sampling (kernels/ops.h ops_sample): temperature, top-k, top-p or greedy,
  * from a counter-based generator keyed by (sequence seed, token position),
  * so a sequence's tokens do not depend on what else ran in its batch. Each
@@ -67,6 +74,9 @@ typedef struct gen_config {
                                0: a decode step is queued while the one before runs */
     int prefix_sharing;     /* 1: share the pages of common prefixes (the default when 0);
                                -1: every sequence prefills its own */
+    int group_reads;        /* 1: a decode step's attention reads the pages that adjacent
+                               sequences share once per group (ops_kv_groups; the
+                               default when 0); -1: once per sequence */
 } gen_config;
 
 /* Why a sequence's last turn ended. */
@@ -141,6 +151,9 @@ typedef struct gen_stats {
     long shared_pages;      /* ... the pages it took */
     long share_waits;       /* admissions put off a step because the next shared page was
                                still being prefilled */
+    long grouped_steps;     /* decode steps with groups (group_reads) */
+    long group_skipped;     /* ... cached tokens whose K/V the groups' sequences did not
+                               read each for themselves (summed over steps, per layer) */
 } gen_stats;
 
 typedef struct gen_engine gen_engine;

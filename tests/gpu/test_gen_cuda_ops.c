@@ -21,6 +21,9 @@
  *   always; logprobs agree to 2e-5. The GPU's empirical frequencies pass the
  *   same chi-square test as the CPU's, with top-k / top-p over a 151936-token
  *   vocabulary.
+ * - grouped reads (ops_kv_groups: sequences sharing leading pages read
+ *   them once a group): the same bounds against the CPU op, which checks
+ *   the groups, and against the GPU without groups; bitwise repeatable.
  * - a pinned paged attention kernel or decode plan out of range
  *   (ops_tuning.paged_kernel, decode_warps) aborts naming the field. */
 #include <math.h>
@@ -118,7 +121,7 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
 
     float *out_c = dk_malloc((size_t)T * qrow * 4), *out_g = dk_malloc((size_t)T * qrow * 4);
     const float scale = 1.0f / sqrtf((float)D);
-    ops_paged_attention(&cpu, out_c, q, kc_c, vc_c, bt, maxp, cl, cq, n_seqs, T, Hq, Hkv, D, P, scale);
+    ops_paged_attention(&cpu, out_c, q, kc_c, vc_c, bt, maxp, cl, cq, n_seqs, T, Hq, Hkv, D, P, scale, NULL);
     void *d_q = gpu_act(q, (size_t)T * qrow), *d_out = ops_alloc(&gpu, (size_t)T * qrow * 2);
     int32_t *d_bt = gpu_copy(bt, (size_t)n_seqs * maxp * 4), *d_cq = gpu_copy(cq, (size_t)(n_seqs + 1) * 4);
     int32_t *d_cl = gpu_copy(cl, (size_t)n_seqs * 4);
@@ -131,7 +134,8 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
         if (k > 0 && D % 32 != 0) continue; /* the plain kernel serves these */
         if (kinds[k] == OPS_PAGED_DECODE && Hq / Hkv > 8) continue;
         pin_paged_kernel(kinds[k]);
-        ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
+        ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale,
+                            NULL);
         pin_paged_kernel(OPS_PAGED_AUTO);
         ops_download_act(&gpu, out_g, d_out, (size_t)T * qrow);
         double mx = max_abs_diff(out_g, out_c, (size_t)T * qrow), mean = 0.0;
@@ -146,7 +150,8 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
              * order: a second launch gives the same bits. */
             float *again = dk_malloc((size_t)T * qrow * 4);
             pin_paged_kernel(OPS_PAGED_DECODE);
-            ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale);
+            ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P, scale,
+                                NULL);
             pin_paged_kernel(OPS_PAGED_AUTO);
             ops_download_act(&gpu, again, d_out, (size_t)T * qrow);
             CHECK(!memcmp(again, out_g, (size_t)T * qrow * 4), "%s (warp kernel): a second launch differs", what);
@@ -187,6 +192,113 @@ static void test_paged(void) {
     {   /* a prompt prefill long enough to split, with a short neighbour */
         int lens[] = {3, 2100}, nq[] = {3, 5};
         check_paged("few queries, long context", 2, lens, nq, 16, 8, 128, 16);
+    }
+}
+
+/* ---- grouped reads ---------------------------------------------------------------------- */
+
+/* A decode step whose sequences come in groups that share leading pages
+ * (ops_kv_groups): group j has size[j] sequences (1: none) sharing
+ * shared[j] pages, each then its own suffix of 1 + (37 * s) % own keys.
+ * The GPU with the groups against the CPU op (which checks the groups and
+ * computes every key of every sequence), at the tolerances above, and
+ * against the GPU without them; a second launch gives the same bits. */
+static void check_grouped(const char *what, int n_groups, const int *size, const int *shared, int own, int Hq,
+                          int Hkv, int D, int P) {
+    rng_seed((uint64_t)(n_groups * 104729 + Hq * 131 + D * 17 + own));
+    int n = 0, maxp = 0, n_pages = 0;
+    for (int j = 0; j < n_groups; j++) n += size[j];
+    int *lens = dk_malloc((size_t)n * sizeof(int));
+    for (int j = 0, s = 0; j < n_groups; j++)
+        for (int k = 0; k < size[j]; k++, s++) {
+            lens[s] = shared[j] * P + 1 + (37 * s) % own;
+            const int np = (lens[s] + P - 1) / P;
+            if (np > maxp) maxp = np;
+            n_pages += np - (k > 0 ? shared[j] : 0);
+        }
+    const size_t kvrow = (size_t)Hkv * D, qrow = (size_t)Hq * D, cache_n = (size_t)n_pages * P * kvrow;
+    float *kc = rand_normal(cache_n, 1.0f, 0.0f), *vc = rand_normal(cache_n, 1.0f, 0.0f);
+    float *q = rand_normal((size_t)n * qrow, 1.0f, 0.0f);
+    round_bf16(kc, cache_n), round_bf16(vc, cache_n), round_bf16(q, (size_t)n * qrow);
+    /* Pages handed out in reverse; a group's members hold its first
+     * sequence's leading pages. */
+    int32_t *bt = dk_calloc((size_t)n * maxp, sizeof(int32_t)), *gbt = dk_calloc((size_t)n * maxp, sizeof(int32_t));
+    int32_t *first = dk_malloc((size_t)n * 4), *end = dk_malloc((size_t)n * 4), *glen = dk_malloc((size_t)n * 4);
+    int32_t *skip = dk_calloc((size_t)n, 4), *cq = dk_malloc((size_t)(n + 1) * 4), *cl = dk_malloc((size_t)n * 4);
+    int ng = 0, max_len = 0;
+    for (int j = 0, s = 0, next = n_pages - 1; j < n_groups; j++) {
+        const int s0 = s;
+        for (int k = 0; k < size[j]; k++, s++)
+            for (int p = 0; p < (lens[s] + P - 1) / P; p++)
+                bt[s * maxp + p] = k > 0 && p < shared[j] ? bt[s0 * maxp + p] : next--;
+        if (size[j] < 2) continue;
+        first[ng] = s0, end[ng] = s, glen[ng] = shared[j] * P;
+        memcpy(gbt + (size_t)ng * maxp, bt + (size_t)s0 * maxp, (size_t)shared[j] * 4);
+        for (int k = s0; k < s; k++) skip[k] = glen[ng];
+        if (glen[ng] > max_len) max_len = glen[ng];
+        ng++;
+    }
+    for (int s = 0; s <= n; s++) cq[s] = s;
+    for (int s = 0; s < n; s++) cl[s] = lens[s];
+    const float scale = 1.0f / sqrtf((float)D);
+    ops_kv_groups gh = {.n = ng, .max_len = max_len, .first = first, .end = end, .len = glen, .block_table = gbt,
+                        .skip = skip};
+    float *out_c = dk_malloc((size_t)n * qrow * 4), *out_p = dk_malloc((size_t)n * qrow * 4);
+    ops_paged_attention(&cpu, out_c, q, kc, vc, bt, maxp, cl, cq, n, n, Hq, Hkv, D, P, scale, &gh);
+    ops_paged_attention(&cpu, out_p, q, kc, vc, bt, maxp, cl, cq, n, n, Hq, Hkv, D, P, scale, NULL);
+    CHECK(!memcmp(out_c, out_p, (size_t)n * qrow * 4), "%s: the CPU op's result depends on the groups", what);
+
+    void *d_kc = gpu_act(kc, cache_n), *d_vc = gpu_act(vc, cache_n), *d_q = gpu_act(q, (size_t)n * qrow);
+    void *d_out = ops_alloc(&gpu, (size_t)n * qrow * 2);
+    int32_t *d_bt = gpu_copy(bt, (size_t)n * maxp * 4), *d_cq = gpu_copy(cq, (size_t)(n + 1) * 4);
+    int32_t *d_cl = gpu_copy(cl, (size_t)n * 4), *d_gbt = gpu_copy(gbt, (size_t)n * maxp * 4);
+    int32_t *d_first = gpu_copy(first, (size_t)n * 4), *d_end = gpu_copy(end, (size_t)n * 4);
+    int32_t *d_glen = gpu_copy(glen, (size_t)n * 4), *d_skip = gpu_copy(skip, (size_t)n * 4);
+    ops_kv_groups gd = {.n = ng, .max_len = max_len, .first = d_first, .end = d_end, .len = d_glen,
+                        .block_table = d_gbt, .skip = d_skip};
+    float *out_g = dk_malloc((size_t)n * qrow * 4), *out_u = dk_malloc((size_t)n * qrow * 4);
+    float *again = dk_malloc((size_t)n * qrow * 4);
+    ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n, n, Hq, Hkv, D, P, scale, &gd);
+    ops_download_act(&gpu, out_g, d_out, (size_t)n * qrow);
+    ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n, n, Hq, Hkv, D, P, scale, &gd);
+    ops_download_act(&gpu, again, d_out, (size_t)n * qrow);
+    ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n, n, Hq, Hkv, D, P, scale, NULL);
+    ops_download_act(&gpu, out_u, d_out, (size_t)n * qrow);
+    const size_t N = (size_t)n * qrow;
+    double mx = max_abs_diff(out_g, out_c, N), mxu = max_abs_diff(out_g, out_u, N), mean = 0.0;
+    for (size_t i = 0; i < N; i++) mean += fabs((double)out_g[i] - out_c[i]);
+    mean /= (double)N;
+    printf("  grouped %-32s %2d seqs in %d groups (max %4d keys shared) Hq %2d Hkv %d D %3d: max|diff| %.2e mean "
+           "%.2e vs CPU, %.2e vs ungrouped\n",
+           what, n, ng, max_len, Hq, Hkv, D, mx, mean, mxu);
+    CHECK(ng > 0, "%s: no group formed", what);
+    CHECK(mx <= 2e-2 && mean <= 2e-3, "%s: grouped paged attention max|diff| %.3e mean %.3e", what, mx, mean);
+    CHECK(mxu <= 2e-2, "%s: grouped and ungrouped differ by %.3e", what, mxu);
+    CHECK(!memcmp(again, out_g, N * 4), "%s: a second grouped launch differs", what);
+    void *dbufs[] = {d_kc, d_vc, d_q, d_out, d_bt, d_cq, d_cl, d_gbt, d_first, d_end, d_glen, d_skip};
+    for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++) ops_free(&gpu, dbufs[i]);
+    free(lens), free(kc), free(vc), free(q), free(bt), free(gbt), free(first), free(end), free(glen), free(skip);
+    free(cq), free(cl), free(out_c), free(out_p), free(out_g), free(out_u), free(again);
+}
+
+static void test_grouped(void) {
+    {   /* the RL shape in small: samples of a few prompts, a loner between */
+        const int size[] = {6, 1, 5, 4}, shared[] = {8, 0, 3, 20};
+        check_grouped("rollout groups", 4, size, shared, 90, 16, 8, 128, 16);
+        check_grouped("rollout groups, 4 heads per KV head", 4, size, shared, 90, 32, 8, 128, 16);
+        check_grouped("rollout groups, 5 heads per KV head", 4, size, shared, 90, 40, 8, 128, 16);
+        check_grouped("rollout groups, MHA, head dim 64", 4, size, shared, 90, 8, 8, 64, 16);
+        check_grouped("rollout groups, 8 heads per KV head", 4, size, shared, 90, 16, 2, 128, 16);
+    }
+    {   /* 16 samples: the group's tile holds 16 x G rows (two tiles at G = 5) */
+        const int size[] = {16, 16}, shared[] = {130, 64};
+        check_grouped("16 samples of 2k prompts", 2, size, shared, 300, 16, 8, 128, 16);
+        check_grouped("16 samples, 5 heads per KV head", 2, size, shared, 300, 40, 8, 128, 16);
+    }
+    {   /* two sequences with long own suffixes: the decode kernel splits too */
+        const int size[] = {2}, shared[] = {40};
+        check_grouped("long own suffix (split decode)", 1, size, shared, 4000, 16, 8, 128, 16);
+        check_grouped("long shared prefix, pages of 64", 1, size, shared, 50, 16, 8, 128, 64);
     }
 }
 
@@ -397,7 +509,7 @@ typedef struct {
 
 static void paged_decode_call(paged_call *c) {
     ops_paged_attention(&gpu, c->out, c->q, c->kc, c->vc, c->bt, 1, c->lens, c->cu, 4, 4, 8, 2, 128, 16,
-                        0.0883883f);
+                        0.0883883f, NULL);
 }
 static void bad_paged_kernel(void *arg) {
     gpu.tuning.paged_kernel = 4;
@@ -431,6 +543,7 @@ int main(void) {
         return 1;
     }
     test_paged();
+    test_grouped();
     test_qkv_to_cache();
     test_sample();
     test_tuning_errors();

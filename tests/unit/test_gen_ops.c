@@ -15,7 +15,10 @@
  *    computed here by sorting in double; the empirical frequencies of 40000
  *    draws (fixed seed) pass a chi-square test at p = 0.001 against
  *    softmax(logits / T) restricted to that set, for several temperature /
- *    top-k / top-p settings; a draw depends only on (seed, counter). */
+ *    top-k / top-p settings; a draw depends only on (seed, counter).
+ * 4. Groups of sequences that share leading pages (ops_kv_groups): a call
+ *    whose groups keep the contract gives the bits of the call without
+ *    them; each way of breaking the contract aborts naming the field. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 #include "common/util.h"
 #include "kernels/ops.h"
 #include "test_ops_common.h"
+#include "tests/expect_abort.h"
 
 static ops_ctx ctx;
 
@@ -82,7 +86,7 @@ static void check_paged(int n_seqs, const int *lens, const int *nq, int Hq, int 
         ctx_lens[s] = lens[s];
     }
     ops_paged_attention(&ctx, out, qq, kc, vc, bt, maxp, ctx_lens, cq, n_seqs, T, Hq, Hkv, D, P,
-                        1.0f / sqrtf((float)D));
+                        1.0f / sqrtf((float)D), NULL);
     double diff = 0.0;
     for (int s = 0; s < n_seqs; s++) {
         double d = max_abs_diff(out + (size_t)cq[s] * qrow, ref + (size_t)(cu[s + 1] - nq[s]) * qrow,
@@ -317,6 +321,76 @@ static void test_sample(void) {
     free(z);
 }
 
+/* ---- groups ------------------------------------------------------------------ */
+
+/* Three decode sequences of one KV head, D 4, pages of 2: sequences 0 and 1
+ * share their first two pages (4 keys), sequence 2 is alone. */
+enum { G_N = 3, G_MAXP = 4, G_D = 4, G_P = 2 };
+static float g_q[G_N * G_D], g_kc[12 * G_P * G_D], g_vc[12 * G_P * G_D], g_out[G_N * G_D];
+static int32_t g_bt[G_N * G_MAXP] = {0, 1, 2, 0, 0, 1, 3, 4, 5, 6, 7, 0}, g_lens[G_N] = {6, 7, 5};
+static int32_t g_cu[G_N + 1] = {0, 1, 2, 3};
+static int32_t g_first[1] = {0}, g_end[1] = {2}, g_len[1] = {4}, g_gbt[G_MAXP] = {0, 1, 0, 0};
+static int32_t g_skip[G_N] = {4, 4, 0};
+
+static ops_kv_groups good_groups(void) {
+    return (ops_kv_groups){.n = 1, .max_len = 4, .first = g_first, .end = g_end, .len = g_len,
+                           .block_table = g_gbt, .skip = g_skip};
+}
+
+static void grouped_call(const ops_kv_groups *gr) {
+    ops_paged_attention(&ctx, g_out, g_q, g_kc, g_vc, g_bt, G_MAXP, g_lens, g_cu, G_N, G_N, 1, 1, G_D, G_P, 0.5f, gr);
+}
+static void bad_page(void *arg) {
+    (void)arg;
+    g_gbt[1] = 3;
+    ops_kv_groups gr = good_groups();
+    grouped_call(&gr);
+}
+static void bad_skip(void *arg) {
+    (void)arg;
+    g_skip[2] = 4;
+    ops_kv_groups gr = good_groups();
+    grouped_call(&gr);
+}
+static void bad_len(void *arg) {
+    (void)arg;
+    g_len[0] = 3;
+    ops_kv_groups gr = good_groups();
+    grouped_call(&gr);
+}
+static void len_over_queries(void *arg) {
+    (void)arg;
+    g_lens[0] = 4;
+    ops_kv_groups gr = good_groups();
+    grouped_call(&gr);
+}
+static void bad_range(void *arg) {
+    (void)arg;
+    g_end[0] = 4;
+    ops_kv_groups gr = good_groups();
+    grouped_call(&gr);
+}
+
+static void test_groups(void) {
+    rng_seed(99);
+    float *r = rand_normal(sizeof g_kc / sizeof g_kc[0] * 2 + G_N * G_D, 1.0f, 0.0f);
+    memcpy(g_kc, r, sizeof g_kc), memcpy(g_vc, r + sizeof g_kc / 4, sizeof g_vc);
+    memcpy(g_q, r + 2 * sizeof g_kc / 4, sizeof g_q);
+    free(r);
+    float plain[G_N * G_D];
+    grouped_call(NULL);
+    memcpy(plain, g_out, sizeof plain);
+    ops_kv_groups gr = good_groups();
+    grouped_call(&gr);
+    CHECK(!memcmp(plain, g_out, sizeof plain), "a call with groups differs from the call without");
+    CHECK(expect_abort("group page", bad_page, NULL, "block_table"), "a group page no member holds was accepted");
+    CHECK(expect_abort("group skip", bad_skip, NULL, "skip"), "skip on a sequence in no group was accepted");
+    CHECK(expect_abort("group len", bad_len, NULL, "whole pages"), "a group len of part of a page was accepted");
+    CHECK(expect_abort("group len over queries", len_over_queries, NULL, "reaches sequence"),
+          "a group len past a member's first query was accepted");
+    CHECK(expect_abort("group range", bad_range, NULL, "first 0 .. end 4"), "a group past the last sequence was accepted");
+}
+
 int main(void) {
     if (ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, (size_t)1 << 20) != DK_OK) {
         fprintf(stderr, "%s\n", dk_error());
@@ -325,6 +399,7 @@ int main(void) {
     test_paged_attention();
     test_kv_write();
     test_sample();
+    test_groups();
     ops_ctx_free(&ctx);
     return test_finish("test_gen_ops");
 }

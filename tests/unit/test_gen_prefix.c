@@ -24,7 +24,10 @@
  *    recomputes that page into its own before running again: the shared
  *    page keeps its contents (the other's logits do not move) and both
  *    sample what they sample without sharing.
- * 5. A bad prefix_sharing value is refused, naming the field. */
+ *    Decode steps group each task's samples (gen_config.group_reads): the
+ *    CPU op checks every step's groups against the pages, and the tokens
+ *    skipped are whole pages, at most the shared ones a step.
+ * 5. A bad prefix_sharing or group_reads value is refused, naming the field. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +185,16 @@ static void test_identical(model *m) {
               "prefilled %ld + saved %ld with sharing != %ld prefilled without", son.prefill_tokens, son.shared_tokens,
               soff.prefill_tokens);
         CHECK(son.share_waits > 0, "no sample waited for its task's prefill: the pending path is not exercised");
+        /* Decode steps group each task's samples (group_reads, the
+         * default); the CPU op checks every step's groups. A step skips at
+         * most the pages the samples share. */
+        printf("  %s: %ld of %ld steps grouped, %ld cached tokens read once per group instead of per sequence\n",
+               greedy ? "greedy" : "sampled", son.grouped_steps, son.steps, son.group_skipped);
+        CHECK(son.grouped_steps > 0 && son.group_skipped > 0, "no decode step grouped the samples");
+        CHECK(son.group_skipped % PAGE == 0 && son.group_skipped <= want * son.grouped_steps,
+              "%ld tokens skipped in %ld grouped steps, more than the %ld shared a step", son.group_skipped,
+              son.grouped_steps, want);
+        CHECK(soff.grouped_steps == 0, "sharing off still grouped %ld steps", soff.grouped_steps);
     }
 }
 
@@ -297,6 +310,10 @@ static void test_errors(model *m) {
     gen_engine *e = NULL;
     CHECK(gen_create(&e, m, &gc) == DK_ERR_USAGE && strstr(dk_error(), "prefix_sharing"),
           "prefix_sharing = 2 was accepted");
+    printf("  errors: %s\n", dk_error());
+    gc.prefix_sharing = 0;
+    gc.group_reads = 3;
+    CHECK(gen_create(&e, m, &gc) == DK_ERR_USAGE && strstr(dk_error(), "group_reads"), "group_reads = 3 was accepted");
     printf("  errors: %s\n", dk_error());
 }
 

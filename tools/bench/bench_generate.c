@@ -247,13 +247,13 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
                           1e-6f, 1e6f));
     TIME("paged_attention", L, 4.0 * B * ctx_len * KV,
          ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
-                             0.0883883f));
+                             0.0883883f, NULL));
     /* The tensor-core kernel the op picks for continuation prefills, on the
      * same decode step, for comparison with the warp kernel chosen above. */
     ctx->tuning.paged_kernel = OPS_PAGED_MMA;
     TIME("(paged_attention, mma kernel)", 0, 4.0 * B * ctx_len * KV,
          ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
-                             0.0883883f));
+                             0.0883883f, NULL));
     ctx->tuning.paged_kernel = OPS_PAGED_AUTO;
     TIME("matmul o (+residual)", L, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
     TIME("rmsnorm + gate|up + swiglu", L, 4.0 * I * C,
@@ -336,7 +336,7 @@ static void chain_run(void *user) {
         if (!(ch->skip & 1u << CH_ATTN))
             ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
                                 st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size,
-                                1.0f / sqrtf((float)D));
+                                1.0f / sqrtf((float)D), &st->groups);
         if (!(ch->skip & 1u << CH_O)) ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
         if (!(ch->skip & 1u << CH_GATE_UP))
             ops_rmsnorm_matmul_swiglu(ctx, f->h, f->gu, f->ln, f->x, W(P_MLP_NORM), W(P_W_GATE_UP), T, I, C, eps);
@@ -378,7 +378,7 @@ static void chain_table(model *m, int B, int ctx_len) {
         printf("  %-30s %9.3f %12.1f\n", ch_names[i], t, (all - t) / m->cfg.n_layers * 1e3);
     }
     ch.skip = 0;
-    static const int plans[][2] = {{8, 16}, {4, 16}, {8, 8}, {4, 8}, {8, 4}};
+    static const int plans[][2] = {{16, 16}, {8, 16}, {4, 16}, {16, 8}, {8, 8}, {4, 8}, {8, 4}};
     for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
         ctx->tuning.decode_warps = plans[i][0], ctx->tuning.decode_splits = plans[i][1];
         const double t = chain_time(&ch);
