@@ -514,6 +514,24 @@ static int build_groups(const gen_engine *e, const step_entry *en, int n, int ma
     return ng;
 }
 
+/* Moves each entry whose first page is shared to just after the last
+ * entry before it with the same first page, the order otherwise kept: the
+ * samples of a task stay adjacent, and so one group (build_groups), when
+ * preemptions or the caller's order have spread them over the batch. */
+static void gather_groups(const gen_engine *e, step_entry *en, int n) {
+    const int P = e->cfg.page_size;
+    for (int i = 1; i < n; i++) {
+        const gen_seq *s = en[i].s;
+        if (s->n_cached < P || e->kv.refs[s->pages[0]] < 2) continue;
+        int j = i - 1;
+        while (j >= 0 && !(en[j].s->n_cached >= P && en[j].s->pages[0] == s->pages[0])) j--;
+        if (j < 0 || j == i - 1) continue;
+        const step_entry t = en[i];
+        memmove(en + j + 2, en + j + 1, (size_t)(i - j - 1) * sizeof *en);
+        en[j + 1] = t;
+    }
+}
+
 /* Packs, uploads and queues one step over entries[0..n-1] in the next
  * step buffer. The step's input tokens are the sequences' own, or with
  * tokens_dev the rows a step before sampled, still on the device (a step
@@ -531,6 +549,11 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
         if (np > maxp) maxp = np;
         if (en[i].s->n_cached != 0) fresh = 0;
     }
+    /* Entries are put in group order first, also in a step that still
+     * prefills: the decode steps queued ahead of it (tokens_dev) keep the
+     * order of the step whose rows they read. */
+    if (e->cfg.group_reads > 0 && sample && !tokens_dev && n >= 2) gather_groups(e, en, n);
+    const int grouping = e->cfg.group_reads > 0 && sample && T == n && rows == n && !fresh && n >= 2;
     /* A decode step (one sampled token per sequence) may replay a graph; its
      * block table is widened to a bucket so the shape holds for a while. */
     const int graph = e->cfg.cuda_graphs && sample && rows == T && T == n && !fresh;
@@ -554,7 +577,7 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
     int32_t *g_first = qkv_rows + n_qkv, *g_end = g_first + n, *g_len = g_end + n, *g_bt = g_len + n;
     int32_t *g_skip = g_bt + (size_t)n * maxp;
     int n_groups = 0, g_max_len = 0;
-    if (e->cfg.group_reads > 0 && sample && T == n && rows == n && !fresh && n >= 2) {
+    if (grouping) {
         n_groups = build_groups(e, en, n, maxp, g_first, g_end, g_len, g_bt, g_skip, &g_max_len);
         /* The longest group sizes the launch (a graph's shape): rounded up
          * like the block table, so a graph holds while groups come and go. */
@@ -610,7 +633,10 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
         st.groups = (ops_kv_groups){.n = n_groups, .max_len = g_max_len, .first = DEV(g_first), .end = DEV(g_end),
                                     .len = DEV(g_len), .block_table = DEV(g_bt), .skip = DEV(g_skip)};
         e->stats.grouped_steps++;
-        for (int j = 0; j < n_groups; j++) e->stats.group_skipped += (long)(g_end[j] - g_first[j] - 1) * g_len[j];
+        for (int j = 0; j < n_groups; j++) {
+            e->stats.group_skipped += (long)(g_end[j] - g_first[j] - 1) * g_len[j];
+            if (g_end[j] - g_first[j] > e->stats.group_max) e->stats.group_max = g_end[j] - g_first[j];
+        }
     }
 #undef DEV
     /* On the CPU the widened block table is all a graph step changes. */

@@ -154,6 +154,7 @@ typedef struct gen_stats {
     long grouped_steps;     /* decode steps with groups (group_reads) */
     long group_skipped;     /* ... cached tokens whose K/V the groups' sequences did not
                                read each for themselves (summed over steps, per layer) */
+    int group_max;          /* ... the most sequences in one group */
 } gen_stats;
 
 typedef struct gen_engine gen_engine;

@@ -86,6 +86,7 @@ typedef struct {
     const int *prompt_len;   /* per task */
     int turns;               /* 1..3; feedback of 5 + sample tokens appended between turns */
     int n_pages, max_batch, sharing;
+    int interleave;          /* 1: sequence i is a sample of task i % n_tasks, not i / n_samples */
     gen_params p;
 } run_spec;
 
@@ -102,7 +103,7 @@ static gen_stats run_tasks(model *m, const run_spec *r, conv *out, float *logits
     gen_seq **seqs = dk_calloc((size_t)n, sizeof *seqs);
     int32_t buf[MAXCTX];
     for (int i = 0; i < n; i++) {
-        const int task = i / r->n_samples;
+        const int task = r->interleave ? i % r->n_tasks : i / r->n_samples;
         seqs[i] = gen_seq_new(e, 1000 + (uint64_t)i);
         for (int j = 0; j < r->prompt_len[task]; j++) buf[j] = prompt_token(task, j);
         must(gen_seq_append(e, seqs[i], buf, r->prompt_len[task]), "append prompt");
@@ -190,12 +191,37 @@ static void test_identical(model *m) {
          * most the pages the samples share. */
         printf("  %s: %ld of %ld steps grouped, %ld cached tokens read once per group instead of per sequence\n",
                greedy ? "greedy" : "sampled", son.grouped_steps, son.steps, son.group_skipped);
-        CHECK(son.grouped_steps > 0 && son.group_skipped > 0, "no decode step grouped the samples");
+        CHECK(son.grouped_steps > 0 && son.group_skipped > 0 && son.group_max == SAMPLES,
+              "no decode step grouped all %d samples of a task (groups of up to %d)", SAMPLES, son.group_max);
         CHECK(son.group_skipped % PAGE == 0 && son.group_skipped <= want * son.grouped_steps,
               "%ld tokens skipped in %ld grouped steps, more than the %ld shared a step", son.group_skipped,
               son.grouped_steps, want);
         CHECK(soff.grouped_steps == 0, "sharing off still grouped %ld steps", soff.grouped_steps);
     }
+    /* The samples of each task spread over the batch (sequence i of task
+     * i % TASKS), two turns: the engine still groups them, with sharing's
+     * tokens. In the second turn every sequence is live from the first
+     * step in the caller's order, so only putting a task's samples side by
+     * side (gather_groups) makes groups there. */
+    run_spec r = {.n_tasks = TASKS, .n_samples = SAMPLES, .prompt_len = lens, .turns = 1, .n_pages = 600,
+                  .max_batch = 16, .sharing = 1, .interleave = 1,
+                  .p = {.temperature = 1.0f, .top_p = 0.95f, .top_k = 50, .max_new_tokens = 24}};
+    const gen_stats s1 = run_tasks(m, &r, on, NULL);
+    r.turns = 2;
+    gen_stats son = run_tasks(m, &r, on, NULL);
+    r.sharing = -1;
+    gen_stats soff = run_tasks(m, &r, off, NULL);
+    double lp;
+    const int same = same_convs(on, off, N, &lp);
+    printf("  interleaved samples, 2 turns: %d/%d sequences identical with and without sharing; turn 1 %ld of %ld "
+           "steps grouped, turn 2 %ld of %ld, groups of up to %d\n",
+           same, N, s1.grouped_steps, s1.steps, son.grouped_steps - s1.grouped_steps, son.steps - s1.steps,
+           son.group_max);
+    CHECK(same == N && lp <= 2e-5, "interleaved: sharing changed %d sequences (logprobs by %.3e)", N - same, lp);
+    CHECK(son.grouped_steps - s1.grouped_steps >= 20 && son.group_max == SAMPLES,
+          "interleaved second turn: %ld grouped steps, groups of up to %d of %d", son.grouped_steps - s1.grouped_steps,
+          son.group_max, SAMPLES);
+    CHECK(soff.grouped_steps == 0, "sharing off still grouped %ld steps", soff.grouped_steps);
 }
 
 /* ---- 2. memory pressure --------------------------------------------------------- */
