@@ -481,14 +481,36 @@ static void launch_merge(const ops_ctx *ctx, const pa_args &a) {
 #define PA_MMA_SMEM(D) ((size_t)4 * PA_KT * (D) * sizeof(bf16))
 
 template <int D>
-static void launch_mma(const ops_ctx *ctx, const pa_args &a, int tiles) {
+static void launch_mma_d(const ops_ctx *ctx, const pa_args &a, int tiles) {
     dim3 grid(a.nsplit, a.Hkv, tiles);
     paged_attention_mma<D><<<grid, PA_THREADS, PA_MMA_SMEM(D), ctx_stream(ctx)>>>(a);
     CUDA_LAUNCH_CHECK();
 }
+static void launch_mma(const ops_ctx *ctx, const pa_args &a, int tiles) {
+    switch (a.D) {
+    case 32: launch_mma_d<32>(ctx, a, tiles); break;
+    case 64: launch_mma_d<64>(ctx, a, tiles); break;
+    case 128: launch_mma_d<128>(ctx, a, tiles); break;
+    case 256: launch_mma_d<256>(ctx, a, tiles); break;
+    }
+}
+
+/* Tiles of the tensor-core kernel over n sequences (or groups) holding T
+ * query tokens: sum of ceil(n_q * G / 64) <= (T * G + 63 * n) / 64. */
+static long mma_tiles(long T, int G, int n) { return (T * G + 63L * n) / PA_ROWS; }
+
+/* Bytes of one split's fp32 partials (outputs and log-sum-exps). */
+static size_t partials_bytes(const pa_args &a) { return (size_t)a.T * a.Hq * (a.D + 1) * sizeof(float); }
+
+/* a's partials for its nsplit splits, in the scratch. */
+static void carve_partials(const ops_ctx *ctx, pa_args &a) {
+    float *scr = (float *)ctx_scratch(ctx, (size_t)a.nsplit * partials_bytes(a), "ops_paged_attention");
+    a.part_o = scr;
+    a.part_lse = scr + (size_t)a.nsplit * a.T * a.Hq * a.D;
+}
 
 /* CTAs of the tensor-core kernel per multiprocessor; also sets its
- * shared-memory limit, which launch_mma relies on. */
+ * shared-memory limit, which launch_mma_d relies on. */
 template <int D>
 static int mma_per_sm_d(const ops_ctx *ctx) {
     return cuda_kernel_per_sm(ctx, (const void *)paged_attention_mma<D>, PA_THREADS, PA_MMA_SMEM(D));
@@ -524,11 +546,12 @@ static int choose_splits(long units, int slots, int max_ctx, int max_split) {
 /* The group pass before a grouped decode launch (ops_kv_groups): this
  * file's tensor-core kernel over each group's shared keys, its queries the
  * rows of a tile (sequences x query heads), into fp32 partials in scratch
- * that the decode kernel adds in. Sets a's skip and pre_* fields; 0 (and
- * nothing queued) when the partials of one split outgrow the scratch. */
-static int launch_group_pass(ops_ctx *ctx, pa_args &a, const ops_kv_groups *gr) {
-    const size_t per_split = (size_t)a.T * a.Hq * (a.D + 1) * sizeof(float);
-    if (per_split > ctx->scratch_size) return 0;
+ * that the decode kernel adds in; sets a's skip and pre_* fields. Nothing
+ * is queued, and a left as it is, when one split's partials outgrow the
+ * scratch: the decode kernel then reads every key itself. */
+static void launch_group_pass(ops_ctx *ctx, pa_args &a, const ops_kv_groups *gr) {
+    const size_t per_split = partials_bytes(a);
+    if (per_split > ctx->scratch_size) return;
     pa_args p = a;
     p.prefix = 1;
     p.g_first = gr->first;
@@ -536,27 +559,19 @@ static int launch_group_pass(ops_ctx *ctx, pa_args &a, const ops_kv_groups *gr) 
     p.ctx_lens = gr->len;
     p.bt = gr->block_table;
     p.n_seqs = gr->n;
-    const long tiles = ((long)a.T * a.G + 63L * gr->n) / PA_ROWS;
+    const long tiles = mma_tiles(a.T, a.G, gr->n);
     const int slots = cuda_sm_count(ctx) * mma_per_sm(ctx, a.D);
     int nsplit = choose_splits(tiles * a.Hkv, slots, gr->max_len, (gr->max_len + PA_KT - 1) / PA_KT);
     nsplit = splits_in_scratch(ctx, nsplit, per_split);
     p.chunk = split_chunk(gr->max_len, PA_KT, &nsplit);
     p.nsplit = nsplit;
-    float *scr = (float *)ctx_scratch(ctx, (size_t)nsplit * per_split, "ops_paged_attention");
-    p.part_o = scr;
-    p.part_lse = scr + (size_t)nsplit * a.T * a.Hq * a.D;
-    switch (a.D) {
-    case 32: launch_mma<32>(ctx, p, (int)tiles); break;
-    case 64: launch_mma<64>(ctx, p, (int)tiles); break;
-    case 128: launch_mma<128>(ctx, p, (int)tiles); break;
-    case 256: launch_mma<256>(ctx, p, (int)tiles); break;
-    }
+    carve_partials(ctx, p);
+    launch_mma(ctx, p, (int)tiles);
     a.skip = gr->skip;
     a.pre_o = p.part_o;
     a.pre_lse = p.part_lse;
     a.pre_n = nsplit;
     a.pre_chunk = p.chunk;
-    return 1;
 }
 
 /* The decode kernel's launch: its warps and splits (one cluster a token and
@@ -628,28 +643,17 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
         launch_decode(ctx, a, max_ctx);
         return;
     }
-    /* Tiles over all sequences: sum of ceil(n_q * G / 64) <= (T * G + 63 * n_seqs) / 64. */
-    const long tiles = ((long)T * a.G + 63L * n_seqs) / PA_ROWS;
+    const long tiles = mma_tiles(T, a.G, n_seqs);
     const long units = kind == OPS_PAGED_MMA ? tiles * Hkv : ((long)T * Hq + 3) / 4;
     const int slots = cuda_sm_count(ctx) * (kind == OPS_PAGED_MMA ? mma_per_sm(ctx, D) : 8);
     int nsplit = choose_splits(units, slots, max_ctx, (max_ctx + PA_KT - 1) / PA_KT);
     /* The partial results must fit the scratch. */
-    const size_t per_split = (size_t)T * Hq * (D + 1) * sizeof(float);
-    nsplit = splits_in_scratch(ctx, nsplit, per_split);
+    nsplit = splits_in_scratch(ctx, nsplit, partials_bytes(a));
     a.chunk = split_chunk(max_ctx, PA_KT, &nsplit);
     a.nsplit = nsplit;
-    if (nsplit > 1) {
-        float *scr = (float *)ctx_scratch(ctx, (size_t)nsplit * per_split, "ops_paged_attention");
-        a.part_o = scr;
-        a.part_lse = scr + (size_t)nsplit * T * Hq * D;
-    }
+    if (nsplit > 1) carve_partials(ctx, a);
     if (kind == OPS_PAGED_MMA) {
-        switch (D) {
-        case 32: launch_mma<32>(ctx, a, (int)tiles); break;
-        case 64: launch_mma<64>(ctx, a, (int)tiles); break;
-        case 128: launch_mma<128>(ctx, a, (int)tiles); break;
-        case 256: launch_mma<256>(ctx, a, (int)tiles); break;
-        }
+        launch_mma(ctx, a, (int)tiles);
     } else {
         dim3 grid((unsigned)(((long)T * Hq + 3) / 4), nsplit);
         paged_attention_plain<<<grid, 128, 0, st>>>(a);

@@ -553,10 +553,11 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
      * prefills: the decode steps queued ahead of it (tokens_dev) keep the
      * order of the step whose rows they read. */
     if (e->cfg.group_reads > 0 && sample && !tokens_dev && n >= 2) gather_groups(e, en, n);
-    const int grouping = e->cfg.group_reads > 0 && sample && T == n && rows == n && !fresh && n >= 2;
     /* A decode step (one sampled token per sequence) may replay a graph; its
      * block table is widened to a bucket so the shape holds for a while. */
-    const int graph = e->cfg.cuda_graphs && sample && rows == T && T == n && !fresh;
+    const int decode = sample && rows == T && T == n && !fresh;
+    const int graph = e->cfg.cuda_graphs && decode;
+    const int grouping = e->cfg.group_reads > 0 && decode && n >= 2;
     if (graph) {
         maxp = (maxp + GEN_GRAPH_PAGE_BUCKET - 1) / GEN_GRAPH_PAGE_BUCKET * GEN_GRAPH_PAGE_BUCKET;
         if (maxp > e->max_pages_seq) maxp = e->max_pages_seq;

@@ -340,33 +340,15 @@ static ops_kv_groups good_groups(void) {
 static void grouped_call(const ops_kv_groups *gr) {
     ops_paged_attention(&ctx, g_out, g_q, g_kc, g_vc, g_bt, G_MAXP, g_lens, g_cu, G_N, G_N, 1, 1, G_D, G_P, 0.5f, gr);
 }
-static void bad_page(void *arg) {
-    (void)arg;
-    g_gbt[1] = 3;
-    ops_kv_groups gr = good_groups();
-    grouped_call(&gr);
-}
-static void bad_skip(void *arg) {
-    (void)arg;
-    g_skip[2] = 4;
-    ops_kv_groups gr = good_groups();
-    grouped_call(&gr);
-}
-static void bad_len(void *arg) {
-    (void)arg;
-    g_len[0] = 3;
-    ops_kv_groups gr = good_groups();
-    grouped_call(&gr);
-}
-static void len_over_queries(void *arg) {
-    (void)arg;
-    g_lens[0] = 4;
-    ops_kv_groups gr = good_groups();
-    grouped_call(&gr);
-}
-static void bad_range(void *arg) {
-    (void)arg;
-    g_end[0] = 4;
+/* One field of the good groups (or of the call) set to a bad value, then
+ * the grouped call: run in a child by expect_abort. */
+typedef struct {
+    int32_t *at, value;
+} breakage;
+
+static void broken_call(void *arg) {
+    const breakage *b = arg;
+    *b->at = b->value;
     ops_kv_groups gr = good_groups();
     grouped_call(&gr);
 }
@@ -383,12 +365,22 @@ static void test_groups(void) {
     ops_kv_groups gr = good_groups();
     grouped_call(&gr);
     CHECK(!memcmp(plain, g_out, sizeof plain), "a call with groups differs from the call without");
-    CHECK(expect_abort("group page", bad_page, NULL, "block_table"), "a group page no member holds was accepted");
-    CHECK(expect_abort("group skip", bad_skip, NULL, "skip"), "skip on a sequence in no group was accepted");
-    CHECK(expect_abort("group len", bad_len, NULL, "whole pages"), "a group len of part of a page was accepted");
-    CHECK(expect_abort("group len over queries", len_over_queries, NULL, "reaches sequence"),
-          "a group len past a member's first query was accepted");
-    CHECK(expect_abort("group range", bad_range, NULL, "first 0 .. end 4"), "a group past the last sequence was accepted");
+    static const struct {
+        const char *what;
+        breakage b;
+        const char *want, *fail;
+    } cases[] = {
+        {"group page", {&g_gbt[1], 3}, "block_table", "a group page no member holds was accepted"},
+        {"group skip", {&g_skip[2], 4}, "skip", "skip on a sequence in no group was accepted"},
+        {"group len", {&g_len[0], 3}, "whole pages", "a group len of part of a page was accepted"},
+        {"group len over queries", {&g_lens[0], 4}, "reaches sequence",
+         "a group len past a member's first query was accepted"},
+        {"group range", {&g_end[0], 4}, "first 0 .. end 4", "a group past the last sequence was accepted"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        breakage b = cases[i].b;
+        CHECK(expect_abort(cases[i].what, broken_call, &b, cases[i].want), "%s", cases[i].fail);
+    }
 }
 
 int main(void) {
