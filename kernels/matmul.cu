@@ -16,7 +16,7 @@
  * Operands must not live in ctx->scratch: a bf16 product with a small output
  * and a long K is staged there in fp32 (see cuda_matmul). Products of at most
  * 8 rows by a transposed weight matrix go to matmul_gemv.cu instead, and of
- * 9 to 64 rows with a long K to matmul_skinny.cu. */
+ * 9 to 64 rows with a long K and at most 2048 columns to matmul_skinny.cu. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,15 +178,19 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
      * the extra traffic is a few MB. */
     const size_t mn = (size_t)M * N;
     const int long_k = !c_f32 && (size_t)K > 2 * ((size_t)M + N); /* bf16 out, K past the output's size */
-    /* Up to 64 rows by W^T (decode at a larger batch, the down projection):
-     * split-K on tensor cores with the slices added in fp32 and rounded
-     * once (matmul_skinny.cu), one pass over the weights. Measured on an
-     * H200 it beats cuBLASLt's fp32 detour below (M=64 N=2048 K=6144: 17.6
-     * against 24.6 us) but not cuBLASLt on wider, shorter products (q|k|v,
-     * gate|up, lm head), so it takes only the shapes of that detour. */
+    /* Up to 64 rows by W^T with a long K and few columns (decode at a
+     * larger batch, a small model's down projection): split-K on tensor
+     * cores, the slices added in fp32 across a cluster and rounded once
+     * (matmul_skinny.cu), one pass over the weights. Measured on an H100
+     * (bench_ops --decode, GB/s of 3.02 copy) it beats cuBLASLt's fp32
+     * detour below at N = 2048 (M=64 K=6144: 1514 against 1368; M=32: 1717
+     * against 1583), ties it at N = 5120 (K=17408: 2489, 2460) and loses at
+     * N = 4096 (K=12288: 2033, 2295), and loses to cuBLASLt itself on the
+     * wider, shorter products (q|k|v, gate|up, the lm head). */
+    const int sk_cols = N <= 2048;
     const int sk_use = ctx->tuning.skinny_use;
     if (sk_use < -1 || sk_use > 1) DK_ABORT("ops_tuning.skinny_use = %d: expected -1, 0 or 1", sk_use);
-    if (sk_use >= 0 && (long_k || sk_use == 1) &&
+    if (sk_use >= 0 && ((long_k && sk_cols) || sk_use == 1) &&
         cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
         return;
     if (long_k && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {

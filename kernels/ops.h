@@ -47,12 +47,16 @@ typedef struct ops_tuning {
      * share of the most it can: 0 all of it, -1 a block for every group of
      * columns however many waves that makes, n >= 1 1/n of it. */
     int gemv_residency;
-    /* Split-K count of the 9..64-row products (matmul_skinny.cu): 0 chosen
-     * per call, n >= 1 pinned (at most K / 64, fewer where the partial sums
-     * outgrow the scratch). */
+    /* Split-K count of the 9..64-row products (matmul_skinny.cu, a
+     * thread-block cluster per column tile): 0 chosen per call, 1..8
+     * pinned (at most K / 64). */
     int skinny_splits;
+    /* Output columns per block of those products: 0 chosen per call, 64
+     * or 128 pinned. */
+    int skinny_bn;
     /* Which 9..64-row products (M rows times W^T) the skinny kernel takes:
-     * 0 those with a long K (the dispatcher's choice, matmul.cu), 1 every
+     * 0 those with a long K and at most 2048 columns (the dispatcher's
+     * choice, matmul.cu), 1 every
      * one it can (K % 64 == 0), -1 none (cuBLASLt, with its fp32 detour
      * for a long K). */
     int skinny_use;

@@ -7,7 +7,9 @@
  *   C, K = 0 (C = beta * C), and bf16 outputs with a long K (K = 5000,
  *   5632: the products staged in fp32 so they are rounded once), and the
  *   few-row products x W^T of decode steps (M <= 8, matmul_gemv.cu; 9 to
- *   64 rows, matmul_skinny.cu, with and without split-K);
+ *   64 rows, matmul_skinny.cu, under each pinned plan: 64 or 128 columns
+ *   a block, K unsplit or split over a cluster, whose sum repeats bit for
+ *   bit);
  * - ops_bias_forward and ops_bias_backward (accumulating into dbias), with
  *   C a multiple of 8 (vector path) and not, over many rows; the backward
  *   twice on the same inputs gives the same bits.
@@ -21,7 +23,7 @@
  * bias backward sums bf16 values in fp32 in another order than the CPU's
  * double sums: 1e-5 relative to the largest column sum of |dy|.
  * A pinned choice out of range (ops_tuning.gemv_residency below -1, a
- * negative skinny_splits, skinny_use 2) aborts the product, naming the
+ * negative skinny_splits, skinny_bn 96, skinny_use 2) aborts the product, naming the
  * field. */
 #include "tests/expect_abort.h"
 #include "tests/gpu/test_cuda_common.h"
@@ -68,6 +70,25 @@ static void run_rows_wt(ctx_pair *p, const int (*shapes)[3], size_t n, double *w
                 *worst = r > *worst ? r : *worst;
                 (*cases)++;
             }
+}
+
+/* A split product twice on the same inputs: the same bits (the cluster
+ * adds its partial tiles in rank order). */
+static void check_skinny_repeat(ctx_pair *p) {
+    ops_ctx *g = &p->gpu;
+    const int M = 64, N = 512, K = 4096;
+    float *a = rand_bf16((size_t)M * K, 1.0f, 0.0f), *b = rand_bf16((size_t)N * K, 1.0f, 0.0f);
+    dev_buf da = dev_act(g, a, (size_t)M * K, 0), db = dev_act(g, b, (size_t)N * K, 0);
+    dev_buf dc = dev_f32(g, a, (size_t)M * N, 0);
+    g->tuning.skinny_splits = 8;
+    ops_matmul(g, dc.p, 1, da.p, db.p, M, N, K, 0, 1, 1.0f, 0.0f);
+    float *first = get_f32(g, dc.p, (size_t)M * N);
+    ops_matmul(g, dc.p, 1, da.p, db.p, M, N, K, 0, 1, 1.0f, 0.0f);
+    float *second = get_f32(g, dc.p, (size_t)M * N);
+    g->tuning.skinny_splits = 0;
+    CHECK(bits_equal(first, second, (size_t)M * N), "skinny product with 8 splits: two runs differ");
+    dev_free(g, &da), dev_free(g, &db), dev_free(g, &dc);
+    free(a), free(b), free(first), free(second);
 }
 
 static void check_matmul(ctx_pair *p) {
@@ -118,6 +139,19 @@ static void check_matmul(ctx_pair *p) {
     const int skinny[][3] = {{64, 2048, 6144}, {64, 4096, 2048}, {9, 2048, 6144}, {33, 200, 640},
                              {16, 1000, 4096}, {50, 20, 256}, {64, 72, 4096}};
     run_rows_wt(p, skinny, sizeof skinny / sizeof skinny[0], &worst, &cases);
+    /* Every product the skinny kernel can take, under each pinned plan:
+     * 64 and 128 columns a block, K unsplit and split over clusters of 2
+     * and 8 (rows summed across the cluster's shared memories). */
+    const int plans[][2] = {{64, 1}, {128, 1}, {64, 2}, {128, 8}, {64, 8}};
+    const int every[][3] = {{64, 4096, 2048}, {9, 300, 1024}, {40, 136, 512}, {17, 2048, 6144}};
+    p->gpu.tuning.skinny_use = 1;
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+        p->gpu.tuning.skinny_bn = plans[i][0], p->gpu.tuning.skinny_splits = plans[i][1];
+        run_rows_wt(p, every, sizeof every / sizeof every[0], &worst, &cases);
+    }
+    p->gpu.tuning.skinny_bn = 0, p->gpu.tuning.skinny_splits = 0;
+    check_skinny_repeat(p);
+    p->gpu.tuning.skinny_use = 0;
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 4, 100, 64, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 40, 60, 512, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     /* beta = 0 must not read C (NaN there stays out of the result). */
@@ -209,6 +243,12 @@ static void bad_skinny_use(void *arg) {
     ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
 }
 
+static void bad_skinny_bn(void *arg) {
+    tuning_case *t = arg;
+    t->g->tuning.skinny_bn = 96;
+    ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
+}
+
 static void check_tuning_errors(ctx_pair *p) {
     ops_ctx *g = &p->gpu;
     const int N = 64, K = 4096; /* K > 2 (M + N): the skinny kernel's shapes at 16 rows */
@@ -219,6 +259,8 @@ static void check_tuning_errors(ctx_pair *p) {
     t.M = 16;
     CHECK(expect_abort("skinny_splits -1", bad_skinny_splits, &t, "ops_tuning.skinny_splits"),
           "a skinny product with skinny_splits = -1 must abort naming the field");
+    CHECK(expect_abort("skinny_bn 96", bad_skinny_bn, &t, "ops_tuning.skinny_bn"),
+          "a skinny product with skinny_bn = 96 must abort naming the field");
     CHECK(expect_abort("skinny_use 2", bad_skinny_use, &t, "ops_tuning.skinny_use"),
           "a product with skinny_use = 2 must abort naming the field");
     ops_free(g, t.c), ops_free(g, t.a), ops_free(g, t.b);

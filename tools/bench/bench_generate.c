@@ -264,7 +264,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     TIME("matmul down (+residual)", L, 2.0 * C * I,
          ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
     if (B > 8) { /* the skinny kernel (matmul_skinny.cu) against cuBLASLt on each product */
-        static const int splits[] = {1, 4, 8, 16};
+        static const int splits[] = {1, 2, 4, 8};
         for (int i = 0; i < 4; i++) {
             char name[40];
             snprintf(name, sizeof name, "(matmul down, %d splits)", splits[i]);

@@ -353,7 +353,8 @@ static void bench_matmul(const char *what, int M, int N, int K, int ta, int tb, 
  * (50-60 MB) from the call before and time the cache. Memory-bound: its
  * limit is the copy rate over W's bytes (A and C are small). Then the same
  * product on cuBLASLt, on the skinny kernel (matmul_skinny.cu) with its
- * chosen split of K and with each pinned split, printed as one line.
+ * chosen plan and with each pinned plan (64 or 128 columns a block, 1 to
+ * 8 splits of K), printed as one line.
  * Timed 10 calls back to back; torch_ops.py likewise. */
 typedef struct {
     void **w;
@@ -386,15 +387,22 @@ static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32
     printf(" cuBLASLt %.0f |", bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
     ctx.tuning.skinny_use = 1;
     printf(" skinny chosen %.0f |", bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
-    static const int splits[] = {1, 2, 4, 6, 8, 12, 16};
-    printf(" pinned splits:");
-    for (int i = 0; i < 7; i++) {
-        if (splits[i] > K / 64) continue;
-        ctx.tuning.skinny_splits = splits[i];
-        printf(" s%d %.0f", splits[i], bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+    ctx.tuning.no_pdl = 1;
+    printf(" ordinary launches %.0f |", bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+    ctx.tuning.no_pdl = 0;
+    static const int splits[] = {1, 2, 4, 8};
+    for (int bn = 64; bn <= 128; bn *= 2) {
+        printf(" %d columns, splits:", bn);
+        ctx.tuning.skinny_bn = bn;
+        for (int i = 0; i < 4; i++) {
+            if (splits[i] > K / 64) continue;
+            ctx.tuning.skinny_splits = splits[i];
+            printf(" s%d %.0f", splits[i], bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+        }
+        printf(" |");
     }
     printf("\n");
-    ctx.tuning.skinny_use = 0, ctx.tuning.skinny_splits = 0;
+    ctx.tuning.skinny_use = 0, ctx.tuning.skinny_splits = 0, ctx.tuning.skinny_bn = 0;
     for (int i = 0; i < a.n_w; i++) ops_free(&ctx, a.w[i]);
     free(a.w);
     ops_free(&ctx, a.a), ops_free(&ctx, a.c);
