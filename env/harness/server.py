@@ -712,8 +712,11 @@ class Server:
             # forked now by the fork server, given its job through its pipe
             child = self.fork_judge(key, limits, device, gpu)
             if not sandbox.send_job(child, {"job": job, "opts": opts}):
+                # It died (or hung) before it read the job: no candidate
+                # code ran, so this is an infrastructure fault like a judge
+                # killed mid-job, and run_candidate runs the job again.
                 shutil.rmtree(child.workdir, ignore_errors=True)
-                raise OSError("a judge forked for the job did not take it")
+                return protocol.error_result(job.get("id"), "a judge forked for the job did not take it"), True
         # One child is forked ahead per job, at its start; the depth is
         # reached one child at a time (below), so no two set up at once
         # beside a job's timed calls.
