@@ -36,17 +36,21 @@ namespace cg = cooperative_groups;
 #define SK_KT 64 /* K per stage */
 #define SK_STAGES 4
 #define SK_MAX_SPLIT 8 /* the portable cluster size */
+#define SK_THREADS 128 /* 4 warps */
+
+/* Shared memory of the ring for mt 16-row tiles of M and bn columns. */
+__host__ __device__ constexpr size_t sk_smem_bytes(int mt, int bn) {
+    return (size_t)SK_STAGES * (mt * 16 + bn) * SK_KT * sizeof(bf16);
+}
 
 /* Sizes of the <MT 16-row tiles of M, BN columns> instance. */
 template <int MT, int BN>
 struct sk_dims {
-    static constexpr int wn = BN / 4;      /* columns a warp: 16 or 32 */
-    static constexpr int threads = 128;    /* 4 warps */
-    static constexpr int a_tile = MT * 16 * SK_KT, w_tile = BN * SK_KT;
-    static constexpr int stage = a_tile + w_tile; /* elements */
-    static constexpr size_t smem = (size_t)SK_STAGES * stage * sizeof(bf16);
+    static constexpr int wn = BN / 4; /* columns a warp: 16 or 32 */
+    static constexpr int a_tile = MT * 16 * SK_KT;
+    static constexpr int stage = a_tile + BN * SK_KT; /* elements */
     static constexpr int ld = BN + 4; /* fp32 partial row stride: float2 stores spread over the banks */
-    static_assert((size_t)MT * 16 * ld * sizeof(float) <= smem, "the partial tile reuses the ring");
+    static_assert((size_t)MT * 16 * ld * sizeof(float) <= sk_smem_bytes(MT, BN), "the partial tile reuses the ring");
 };
 
 struct sk_args {
@@ -76,7 +80,7 @@ __device__ __forceinline__ void sk_store(const sk_args &p, int r, int col, float
 }
 
 template <int MT, int BN>
-__global__ void __launch_bounds__(128) matmul_skinny(sk_args p) {
+__global__ void __launch_bounds__(SK_THREADS) matmul_skinny(sk_args p) {
     typedef sk_dims<MT, BN> S;
     constexpr int NT = S::wn / 8; /* n8 tiles a warp */
     extern __shared__ __align__(16) unsigned char sk_smem[];
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(128) matmul_skinny(sk_args p) {
 
     auto load_a = [&](int buf, int k0) {
         bf16 *da = ring + buf * S::stage;
-        for (int i = tid; i < MT * 16 * 8; i += S::threads) {
+        for (int i = tid; i < MT * 16 * 8; i += SK_THREADS) {
             const int r = i >> 3, c = i & 7;
             const bool ok = r < p.M;
             cp_async16(da + sk_swz(r, c), p.a + (size_t)(ok ? r : 0) * p.K + k0 + c * 8, ok);
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(128) matmul_skinny(sk_args p) {
     };
     auto load_w = [&](int buf, int k0) {
         bf16 *dw = ring + buf * S::stage + S::a_tile;
-        for (int i = tid; i < BN * 8; i += S::threads) {
+        for (int i = tid; i < BN * 8; i += SK_THREADS) {
             const int r = i >> 3, c = i & 7;
             const bool ok = n0 + r < p.N;
             cp_async16(dw + sk_swz(r, c), p.w + (size_t)(ok ? n0 + r : 0) * p.K + k0 + c * 8, ok);
@@ -167,7 +171,7 @@ __global__ void __launch_bounds__(128) matmul_skinny(sk_args p) {
     const int rows = min(MT * 16, p.M);
     if (p.nsplit == 1) {
         __syncthreads();
-        for (int e = tid; e < rows * BN; e += S::threads) {
+        for (int e = tid; e < rows * BN; e += SK_THREADS) {
             const int r = e / BN, c = e % BN;
             sk_store(p, r, n0 + c, part[r * S::ld + c]);
         }
@@ -178,7 +182,7 @@ __global__ void __launch_bounds__(128) matmul_skinny(sk_args p) {
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     const int q4 = BN / 4, mine = (rows - split + p.nsplit - 1) / p.nsplit;
-    for (int e = tid; e < mine * q4; e += S::threads) {
+    for (int e = tid; e < mine * q4; e += SK_THREADS) {
         const int r = split + (e / q4) * p.nsplit, c = (e % q4) * 4;
         float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int x = 0; x < p.nsplit; x++) {
@@ -201,8 +205,6 @@ static sk_kernel sk_kernel_for(int mt, int bn) {
     return bn == 128 ? k128[mt - 1] : k64[mt - 1];
 }
 
-static size_t sk_smem_for(int mt, int bn) { return (size_t)SK_STAGES * (mt * 16 + bn) * SK_KT * sizeof(bf16); }
-
 /* The plan of a product: 128 columns a block (a warp's 32 columns share
  * each A fragment it loads; 64 columns, 16 a warp, only when pinned), and
  * the most splits of K, up to 8, that keep the blocks within 7/4 of the
@@ -211,8 +213,7 @@ static size_t sk_smem_for(int mt, int bn) { return (size_t)SK_STAGES * (mt * 16 
  * GB/s of 3.02 copy): M=64 N=2048 K=6144 at 8 splits 1514 (4: 1250);
  * N=4096 K=12288 at 4 splits 2033 (8: 1730); N=5120 K=17408 at 4 splits
  * 2489 (8: 2127). A product with more tiles than that takes no split. */
-static void sk_plan(const ops_ctx *ctx, int M, int N, int K, int *bn_out, int *ns_out) {
-    (void)M;
+static void sk_plan(const ops_ctx *ctx, int N, int K, int *bn_out, int *ns_out) {
     const int kst = K / SK_KT;
     const long tiles = (N + 127) / 128, cap = 7L * cuda_sm_count(ctx) / 4;
     int ns = 1;
@@ -228,7 +229,7 @@ extern "C" int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *
     p.c = c, p.a = (const bf16 *)a, p.w = (const bf16 *)b;
     p.M = M, p.N = N, p.K = K, p.c_f32 = c_f32, p.alpha = alpha, p.beta = beta;
     int bn, nsplit;
-    sk_plan(ctx, M, N, K, &bn, &nsplit);
+    sk_plan(ctx, N, K, &bn, &nsplit);
     /* A benchmark's pinned plan (ops.h, ops_tuning). */
     const int forced = ctx->tuning.skinny_splits, forced_bn = ctx->tuning.skinny_bn;
     if (forced < 0 || forced > SK_MAX_SPLIT)
@@ -240,10 +241,10 @@ extern "C" int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *
     p.kchunk = split_chunk(K, SK_KT, &nsplit);
     p.nsplit = nsplit;
     const int mt = (M + 15) / 16;
-    const size_t smem = sk_smem_for(mt, bn);
+    const size_t smem = sk_smem_bytes(mt, bn);
     const sk_kernel k = sk_kernel_for(mt, bn);
-    cuda_kernel_per_sm(ctx, (const void *)k, 128, smem); /* sets the shared-memory limit */
+    cuda_kernel_per_sm(ctx, (const void *)k, SK_THREADS, smem); /* sets the shared-memory limit */
     cuda_launch_pdl_cluster(ctx_stream(ctx), !ctx->tuning.no_pdl, nsplit, k,
-                            dim3((unsigned)((N + bn - 1) / bn), (unsigned)nsplit), dim3(128), smem, p);
+                            dim3((unsigned)((N + bn - 1) / bn), (unsigned)nsplit), dim3(SK_THREADS), smem, p);
     return 1;
 }

@@ -367,6 +367,9 @@ static void run_mmd(void *p) {
     ops_matmul(&ctx, a->c, a->c_f32, a->a, a->w[a->next++ % a->n_w], a->M, a->N, a->K, 0, 1, 1.0f, 0.0f);
 }
 
+/* GB/s of the product under the context's current tuning. */
+static double mmd_gbps(mmd_args *a, double bytes, int reps) { return bytes / time_us_calls(run_mmd, a, reps, 10) / 1e3; }
+
 static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32, int reps) {
     const double wbytes = 2.0 * N * K;
     mmd_args a = {NULL, (int)ceil(256e6 / wbytes), 0, dev_fill((size_t)M * K, 0, 1, 0, 0),
@@ -384,11 +387,11 @@ static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32
     add_case(spec, label, bytes, 0)->us = time_us_calls(run_mmd, &a, reps, 10);
     printf("plan sweep %-28s GB/s:", label);
     ctx.tuning.skinny_use = -1;
-    printf(" cuBLASLt %.0f |", bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+    printf(" cuBLASLt %.0f |", mmd_gbps(&a, bytes, reps));
     ctx.tuning.skinny_use = 1;
-    printf(" skinny chosen %.0f |", bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+    printf(" skinny chosen %.0f |", mmd_gbps(&a, bytes, reps));
     ctx.tuning.no_pdl = 1;
-    printf(" ordinary launches %.0f |", bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+    printf(" ordinary launches %.0f |", mmd_gbps(&a, bytes, reps));
     ctx.tuning.no_pdl = 0;
     static const int splits[] = {1, 2, 4, 8};
     for (int bn = 64; bn <= 128; bn *= 2) {
@@ -397,7 +400,7 @@ static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32
         for (int i = 0; i < 4; i++) {
             if (splits[i] > K / 64) continue;
             ctx.tuning.skinny_splits = splits[i];
-            printf(" s%d %.0f", splits[i], bytes / time_us_calls(run_mmd, &a, reps, 10) / 1e3);
+            printf(" s%d %.0f", splits[i], mmd_gbps(&a, bytes, reps));
         }
         printf(" |");
     }
