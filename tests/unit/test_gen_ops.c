@@ -15,7 +15,8 @@
  *    computed here by sorting in double; the empirical frequencies of 40000
  *    draws (fixed seed) pass a chi-square test at p = 0.001 against
  *    softmax(logits / T) restricted to that set, for several temperature /
- *    top-k / top-p settings; a draw depends only on (seed, counter).
+ *    top-k / top-p settings; a draw depends only on (seed, counter); a row
+ *    with all its mass on one token draws it in 1024 rows of 2^17 tokens.
  * 4. Groups of sequences that share leading pages (ops_kv_groups): a call
  *    whose groups keep the contract gives the bits of the call without
  *    them; each way of breaking the contract aborts naming the field. */
@@ -319,6 +320,29 @@ static void test_sample(void) {
     CHECK(same, "a draw changed with its row position");
     CHECK(differ > 0, "different counters gave the same token every time");
     free(z);
+
+    /* A row whose mass is all on one token (the others 40 below: 2^17 of
+     * them hold 6e-13 of it) draws that token, in 1024 rows of a 2^17-token
+     * vocabulary: 1.3e8 uniforms, so a generator that returned u = 1 once in
+     * 2^24 (an infinite race value, a token drawn whatever its logit) would
+     * show about 8 times. */
+    enum { PV = 1 << 17, PR = 64, PN = 1024 };
+    float *peak = dk_malloc((size_t)PR * PV * sizeof(float));
+    sample_params pp[PR];
+    int32_t pt[PR];
+    float pl[PR];
+    int wrong = 0;
+    for (int b0 = 0; b0 < PN; b0 += PR) {
+        for (int r = 0; r < PR; r++) {
+            for (int i = 0; i < PV; i++) peak[(size_t)r * PV + i] = i == 7 ? 0.0f : -40.0f;
+            pp[r] = (sample_params){.temperature = 1.0f, .top_p = 1.0f, .seed = 5, .counter = (uint64_t)(b0 + r)};
+        }
+        ops_sample(&ctx, pt, pl, peak, pp, PR, PV);
+        for (int r = 0; r < PR; r++) wrong += pt[r] != 7;
+    }
+    printf("  one token holding the mass: %d of %d draws took another\n", wrong, PN);
+    CHECK(wrong == 0, "%d of %d draws took a token of probability 6e-13 or less", wrong, PN);
+    free(peak);
 }
 
 /* ---- groups ------------------------------------------------------------------ */
