@@ -177,6 +177,12 @@ static void test_paged(void) {
         check_paged("decode (plain kernel)", 8, lens, nq, 4, 2, 16, 16);
         check_paged("decode (plain kernel)", 8, lens, nq, 6, 3, 48, 64);
     }
+    {   /* a full batch of 5-head groups: the op picks the tensor-core kernel */
+        int lens[40], nq[40];
+        for (int i = 0; i < 40; i++) lens[i] = 1 + (i * 97) % 700, nq[i] = 1;
+        check_paged("decode, 5 heads, 40 sequences", 40, lens, nq, 40, 8, 128, 16);
+        check_paged("decode, 6 heads, 40 sequences", 40, lens, nq, 48, 8, 64, 16);
+    }
     {   /* one long sequence: split along the context and merged */
         int lens[] = {5000}, nq[] = {1};
         check_paged("decode, long context (split)", 1, lens, nq, 16, 8, 128, 16);

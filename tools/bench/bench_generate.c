@@ -248,6 +248,18 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     TIME("paged_attention", L, 4.0 * B * ctx_len * KV,
          ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
                              0.0883883f, NULL));
+    if (B > 8) { /* the warp kernel's CTA widths, pinned (the op above plans its own) */
+        static const int widths[] = {4, 8, 16};
+        for (int i = 0; i < 3; i++) {
+            char name[40];
+            snprintf(name, sizeof name, "(paged_attention, %d warps)", widths[i]);
+            ctx->tuning.decode_warps = widths[i];
+            TIME(name, 0, 4.0 * B * ctx_len * KV,
+                 ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D,
+                                     P, 0.0883883f, NULL));
+        }
+        ctx->tuning.decode_warps = 0;
+    }
     /* The tensor-core kernel the op picks for continuation prefills, on the
      * same decode step, for comparison with the warp kernel chosen above. */
     ctx->tuning.paged_kernel = OPS_PAGED_MMA;
