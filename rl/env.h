@@ -27,7 +27,8 @@ typedef enum {
     RL_OUT_HACK,
     RL_OUT_TIMEOUT,       /* the evaluation ran out of time */
     RL_OUT_CRASH,
-    RL_OUT_ERROR,         /* the task or the judge failed (unreachable Redis, bad task) */
+    RL_OUT_ERROR,         /* the task or the judge failed (unreachable Redis, bad task, no verdict by the
+                           * batch's deadline): the turn is left out of training */
 } rl_outcome;
 #define RL_OUT_COUNT (RL_OUT_ERROR + 1)
 const char *rl_outcome_name(rl_outcome o);

@@ -50,8 +50,11 @@ static rl_outcome outcome_of(const kg_result *r) {
     case KG_STATUS_COMPILE_ERROR: return RL_OUT_COMPILE_ERROR;
     case KG_STATUS_INCORRECT: return RL_OUT_INCORRECT;
     case KG_STATUS_HACK: return RL_OUT_HACK;
-    case KG_STATUS_TIMEOUT:
-    case KG_STATUS_PENDING: return RL_OUT_TIMEOUT;
+    case KG_STATUS_TIMEOUT: return RL_OUT_TIMEOUT;
+    /* Still queued or running at the batch's deadline: the fleet was slow,
+     * which says nothing about the answer (the candidate's own time limit
+     * gives KG_STATUS_TIMEOUT). */
+    case KG_STATUS_PENDING: return RL_OUT_ERROR;
     case KG_STATUS_CRASH: return RL_OUT_CRASH;
     default: return RL_OUT_ERROR;
     }

@@ -6,6 +6,24 @@
 
 #include "common/util.h"
 
+void rl_batch_cells(const rl_rollout *rollouts, int n, int max_turns, float *rewards, uint8_t *valid,
+                    uint8_t *correct, float *coverage) {
+    const size_t cells = (size_t)n * max_turns;
+    memset(rewards, 0, cells * sizeof *rewards);
+    memset(valid, 0, cells);
+    memset(correct, 0, cells);
+    memset(coverage, 0, cells * sizeof *coverage);
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < rollouts[i].n_turns; t++) {
+            const size_t c = (size_t)i * max_turns + t;
+            const rl_turn_result *r = &rollouts[i].res[t];
+            rewards[c] = (float)r->reward;
+            valid[c] = r->outcome != RL_OUT_ERROR;
+            correct[c] = (uint8_t)r->correct;
+            coverage[c] = (float)r->coverage;
+        }
+}
+
 void rl_batch_build(rl_batch *b, const rl_rollout *rollouts, int n, int max_turns, const float *adv,
                     const uint8_t *valid) {
     memset(b, 0, sizeof *b);

@@ -19,6 +19,16 @@ typedef struct {
     float *adv, *logp_rollout, *logp_old, *logp_ref, *logp, *entropy;
 } rl_batch;
 
+/* The step's per-turn cells in advantage.h's [n_tasks x n_samples x
+ * max_turns] layout from n rollouts: reward, correctness, coverage, and
+ * valid = 1 for a turn that was generated and judged. A turn without a
+ * verdict (RL_OUT_ERROR: the judge unreachable, no result by the batch's
+ * deadline, a broken task) is not valid: scored 0 it would count as a
+ * wrong answer in its group's baseline and its own advantage. Cells of
+ * turns not reached stay 0. */
+void rl_batch_cells(const rl_rollout *rollouts, int n, int max_turns, float *rewards, uint8_t *valid,
+                    uint8_t *correct, float *coverage);
+
 /* adv and valid are in advantage.h's [n_tasks x n_samples x max_turns]
  * layout; rollouts[i] is sample i % n_samples of task i / n_samples. */
 void rl_batch_build(rl_batch *b, const rl_rollout *rollouts, int n, int max_turns, const float *adv,

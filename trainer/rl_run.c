@@ -206,17 +206,7 @@ dk_status rl_run(const dk_config *cfg) {
             rollout_stats_all_reduce(cm, &rs);
         }
 
-        memset(rewards, 0, cells * sizeof(float));
-        memset(valid, 0, cells);
-        memset(correct, 0, cells);
-        for (int i = 0; i < B; i++)
-            for (int t = 0; t < ro[i].n_turns; t++) {
-                size_t c = (size_t)i * turns + t;
-                rewards[c] = (float)ro[i].res[t].reward;
-                valid[c] = 1;
-                correct[c] = (uint8_t)ro[i].res[t].correct;
-                coverage[c] = (float)ro[i].res[t].coverage;
-            }
+        rl_batch_cells(ro, B, turns, rewards, valid, correct, coverage);
         prs_stats ps;
         prs_apply(&pc, step, n_tasks, S, turns, task_ids, correct, coverage, valid, &ps);
         st = adv_compute(&ac, n_tasks, S, turns, rewards, valid, NULL, adv);

@@ -7,6 +7,7 @@
  *   no python block              -> no_code, reward 0, never sent
  *   a task that does not load    -> error, reward 0
  *   a candidate that never ends  -> timeout, reward 0 (timeout_s = 4)
+ *   the same past a batch deadline of 1 s -> error (no verdict), reward 0
  * Exits 77 when redis-server is not installed. */
 #include <math.h>
 #include <stdio.h>
@@ -97,6 +98,21 @@ int main(void) {
     CHECK(env->judge_lost == 0, "judge_lost %ld with a live fleet", env->judge_lost);
     for (int i = 0; i < 4; i++) rl_turn_result_clear(&res[i]);
     env->free(env);
+
+    /* A batch deadline (wait_s 1) shorter than the candidate's own limit
+     * (4 s): the verdict is missing, which is an error of the judging, not
+     * the answer's timeout. */
+    kc.wait_s = 1;
+    env = rl_env_kernelgym_new(fleet.url, &kc);
+    env->score(env, tasks + 3, responses + 3, 1, res);
+    printf("  past the batch deadline: %s, reward %.3f\n", rl_outcome_name(res[0].outcome), res[0].reward);
+    CHECK(res[0].outcome == RL_OUT_ERROR && res[0].reward == 0.0, "verdict missing at the deadline: %s",
+          rl_outcome_name(res[0].outcome));
+    CHECK(res[0].feedback && strstr(res[0].feedback, "did not finish"), "deadline feedback: %s",
+          res[0].feedback ? res[0].feedback : "(null)");
+    rl_turn_result_clear(&res[0]);
+    env->free(env);
+    kc.wait_s = 240;
     kg_fleet_stop(&fleet, 10.0);
 
     /* Nothing listens on port 1: after reconnect_s of retries the batch is
