@@ -21,7 +21,9 @@ uint64_t rl_rollout_seed(uint64_t seed, int64_t step, int64_t task, int sample) 
 }
 
 /* Appends a user message and the assistant header to a conversation; sets
- * *no_room (and appends nothing) when they would pass the context limit. */
+ * *no_room (and appends nothing) when they would leave no room in the
+ * context for one sampled token: a turn opened at the limit would end at
+ * once, empty, and still be scored and trained on as an answer. */
 static dk_status append_user_turn(gen_engine *e, tokenizer *tok, gen_seq *s, const char *text, int close_answer,
                                   int *no_room) {
     chat_tokens ct = {0};
@@ -33,7 +35,7 @@ static dk_status append_user_turn(gen_engine *e, tokenizer *tok, gen_seq *s, con
     chat_message m = {"user", text};
     if (st == DK_OK) st = chat_append_message(tok, &m, &ct);
     if (st == DK_OK) st = chat_append_generation_prompt(tok, &ct);
-    *no_room = st == DK_OK && s->n_tokens + ct.n > gen_get_config(e)->max_context;
+    *no_room = st == DK_OK && s->n_tokens + ct.n >= gen_get_config(e)->max_context;
     if (st == DK_OK && !*no_room) st = gen_seq_append(e, s, ct.ids, ct.n);
     chat_tokens_free(&ct);
     return st;
@@ -71,7 +73,8 @@ dk_status rl_rollout_batch(gen_engine *e, tokenizer *tok, rl_env *env, const rl_
         int no_room = 0;
         if (st == DK_OK) st = append_user_turn(e, tok, r->seq, prompt, 0, &no_room);
         if (st == DK_OK && no_room)
-            st = dk_fail(DK_ERR_USAGE, "task '%s': the first prompt does not fit the context limit of %d tokens",
+            st = dk_fail(DK_ERR_USAGE, "task '%s': the first prompt leaves no room to answer within the context "
+                                       "limit of %d tokens",
                          t->name, gen_get_config(e)->max_context);
         free(prompt);
     }

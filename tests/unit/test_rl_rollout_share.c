@@ -9,7 +9,10 @@
  *   pages before each prompt's last token, and prefilled + saved with
  *   sharing equals prefilled without;
  * - the engine's page bookkeeping is clean after the batch, and every page
- *   is free once the rollouts are. */
+ *   is free once the rollouts are;
+ * - at every context limit from 40 to 160 tokens, no turn is opened that
+ *   has no room for a sampled token (the feedback filling the context
+ *   exactly ends the conversation). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +47,10 @@ typedef struct {
     rl_rollout_stats st;
 } batch_result;
 
+/* Empty turns (a turn reached with no token sampled) over the batch at a
+ * context limit of max_context; n_turns gets the turns reached. */
+static int run_batch_at(model *m, tokenizer *tok, int max_context, int *n_turns);
+
 static void run_batch(model *m, tokenizer *tok, int sharing, batch_result *out) {
     gen_config gc = {.page_size = PAGE, .n_pages = N_PAGES, .max_batch = 16, .max_step_tokens = 64,
                      .max_context = 512, .prefix_sharing = sharing};
@@ -71,6 +78,36 @@ static void run_batch(model *m, tokenizer *tok, int sharing, batch_result *out) 
     CHECK(gen_free_pages(e) == N_PAGES, "%d of %d pages free after the rollouts", gen_free_pages(e), N_PAGES);
     env->free(env);
     gen_free(e);
+}
+
+static int run_batch_at(model *m, tokenizer *tok, int max_context, int *n_turns) {
+    gen_config gc = {.page_size = PAGE, .n_pages = N_PAGES, .max_batch = 16, .max_step_tokens = 64,
+                     .max_context = max_context, .prefix_sharing = 1};
+    gen_engine *e;
+    must(gen_create(&e, m, &gc), "gen_create");
+    rl_env *env = rl_env_toy_new(8);
+    int n_toy;
+    const rl_task *tasks = rl_env_toy_tasks(&n_toy);
+    int32_t stop = tokenizer_token_id(tok, "<|im_end|>");
+    rl_rollout_config rc = {.max_turns = 3, .first_template = "{source}", .followup_template = "{feedback}",
+                            .seed = 7, .step = 1,
+                            .gen = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 12, .stop_tokens = &stop,
+                                    .n_stop_tokens = 1}};
+    rl_rollout r[N];
+    rl_rollout_stats st;
+    must(rl_rollout_batch(e, tok, env, tasks, TASKS, SAMPLES, &rc, r, &st), "rl_rollout_batch");
+    int empty = 0;
+    *n_turns = 0;
+    for (int i = 0; i < N; i++)
+        for (int t = 0; t < r[i].n_turns; t++) {
+            empty += r[i].turn_end[t] == r[i].turn_start[t];
+            (*n_turns)++;
+        }
+    CHECK(gen_check_pages(e) == DK_OK, "context %d: %s", max_context, dk_error());
+    rl_rollout_free(e, r, N);
+    env->free(env);
+    gen_free(e);
+    return empty;
 }
 
 int main(void) {
@@ -102,6 +139,17 @@ int main(void) {
           "prefilled %ld + saved %ld != %ld prefilled without sharing", on.st.prefill_tokens, on.st.prefill_saved,
           off.st.prefill_tokens);
     for (int i = 0; i < N; i++) free(on.tokens[i]), free(off.tokens[i]);
+    /* Every context limit from just past the longest first prompt up: the
+     * feedback fills the context exactly at some, and the conversation must
+     * end there rather than open a turn with no room to sample in. */
+    int empty = 0, turns = 0, limits = 0;
+    for (int mc = 40; mc <= 160; mc++, limits++) {
+        int nt;
+        empty += run_batch_at(&m, tok, mc, &nt);
+        turns += nt;
+    }
+    printf("  context limits 40..160, 3 turns: %d empty turns of %d reached\n", empty, turns);
+    CHECK(empty == 0, "%d turns were opened with no room to sample", empty);
     model_free(&m);
     ops_ctx_free(&ctx);
     tokenizer_free(tok);
