@@ -20,6 +20,14 @@ uint64_t rl_rollout_seed(uint64_t seed, int64_t step, int64_t task, int sample) 
     return dk_key(seed, (uint64_t)step, (uint64_t)task, (uint64_t)sample, 2);
 }
 
+void rl_task_keys(const int64_t *index, int n, int64_t n_set, int64_t *keys) {
+    for (int i = 0; i < n; i++) {
+        int64_t repeat = 0;
+        for (int j = 0; j < i; j++) repeat += index[j] == index[i];
+        keys[i] = index[i] + repeat * n_set;
+    }
+}
+
 /* Appends a user message and the assistant header to a conversation; sets
  * *no_room (and appends nothing) when they would leave no room in the
  * context for one sampled token: a turn opened at the limit would end at

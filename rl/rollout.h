@@ -61,4 +61,12 @@ void rl_rollout_free(gen_engine *e, rl_rollout *r, int n);
 /* Hash of (seed, step, task, sample): the seed of one conversation. */
 uint64_t rl_rollout_seed(uint64_t seed, int64_t step, int64_t task, int sample);
 
+/* The batch's task keys (rl_rollout_config.task_keys) from the index of
+ * each batch task in a set of n_set: the index itself, except that the
+ * k-th repeat of a task in the batch (a batch straddling two passes over
+ * the set, or larger than it) gets index + k * n_set. Keyed by index alone,
+ * the repeats drew the same tokens as the first: identical conversations
+ * that cost rollouts and judging and taught nothing new. */
+void rl_task_keys(const int64_t *index, int n, int64_t n_set, int64_t *keys);
+
 #endif

@@ -158,6 +158,7 @@ dk_status rl_run(const dk_config *cfg) {
     uint8_t *valid = dk_calloc(cells, 1), *correct = dk_calloc(cells, 1);
     rl_task *batch_tasks = dk_calloc((size_t)n_tasks, sizeof *batch_tasks);
     int64_t *task_ids = dk_calloc((size_t)n_tasks, sizeof *task_ids);
+    int64_t *task_keys = dk_calloc((size_t)n_tasks, sizeof *task_keys);
     rl_rollout *ro_local = dk_calloc((size_t)B, sizeof *ro_local);
     /* The whole batch: this rank's own rollouts at world 1, else gathered. */
     rl_rollout *ro = cm->world > 1 ? dk_calloc((size_t)B, sizeof *ro) : ro_local;
@@ -177,9 +178,11 @@ dk_status rl_run(const dk_config *cfg) {
             batch_tasks[i] = ss.es.list[k];
             task_ids[i] = k;
         }
+        /* Repeats of a task in the step draw their own conversations. */
+        rl_task_keys(task_ids, n_tasks, ss.es.n_tasks, task_keys);
         rl_rollout_config rc;
-        rollout_session_config(&ss, cfg, step, task_ids, &rc);
-        rc.task_keys = task_ids + t0;
+        rollout_session_config(&ss, cfg, step, task_keys, &rc);
+        rc.task_keys = task_keys + t0;
         rl_rollout_stats rs;
         memset(&rs, 0, sizeof rs);
         if (t1 > t0) st = rl_rollout_batch(ss.eng, ss.r.tok, ss.es.env, batch_tasks + t0, t1 - t0, S, &rc, ro_local, &rs);
@@ -208,7 +211,7 @@ dk_status rl_run(const dk_config *cfg) {
 
         rl_batch_cells(ro, B, turns, rewards, valid, correct, coverage);
         prs_stats ps;
-        prs_apply(&pc, step, n_tasks, S, turns, task_ids, correct, coverage, valid, &ps);
+        prs_apply(&pc, step, n_tasks, S, turns, task_keys, correct, coverage, valid, &ps);
         st = adv_compute(&ac, n_tasks, S, turns, rewards, valid, NULL, adv);
         if (st != DK_OK) break;
 
@@ -297,6 +300,7 @@ dk_status rl_run(const dk_config *cfg) {
     free(correct);
     free(batch_tasks);
     free(task_ids);
+    free(task_keys);
     if (ro != ro_local) free(ro);
     free(ro_local);
     if (lead) metrics_close(&ml);

@@ -12,7 +12,9 @@
  *   is free once the rollouts are;
  * - at every context limit from 40 to 160 tokens, no turn is opened that
  *   has no room for a sampled token (the feedback filling the context
- *   exactly ends the conversation). */
+ *   exactly ends the conversation);
+ * - a task twice in a batch, keyed by rl_task_keys, draws conversations of
+ *   its own for the repeat (keyed by its index alone, all repeated). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +112,35 @@ static int run_batch_at(model *m, tokenizer *tok, int max_context, int *n_turns)
     return empty;
 }
 
+/* One task twice in a batch (2 x SAMPLES conversations) under the given
+ * task keys: how many of the repeat's conversations equal the first's. */
+static int repeat_same(model *m, tokenizer *tok, const int64_t keys[2]) {
+    gen_config gc = {.page_size = PAGE, .n_pages = N_PAGES, .max_batch = 16, .max_step_tokens = 64,
+                     .max_context = 512, .prefix_sharing = 1};
+    gen_engine *e;
+    must(gen_create(&e, m, &gc), "gen_create");
+    rl_env *env = rl_env_toy_new(8);
+    int n_toy;
+    const rl_task *toy = rl_env_toy_tasks(&n_toy);
+    const rl_task tasks[2] = {toy[1], toy[1]};
+    int32_t stop = tokenizer_token_id(tok, "<|im_end|>");
+    rl_rollout_config rc = {.max_turns = 1, .first_template = "{source}", .seed = 7, .step = 3, .task_keys = keys,
+                            .gen = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 12, .stop_tokens = &stop,
+                                    .n_stop_tokens = 1}};
+    rl_rollout r[2 * SAMPLES];
+    rl_rollout_stats st;
+    must(rl_rollout_batch(e, tok, env, tasks, 2, SAMPLES, &rc, r, &st), "rl_rollout_batch");
+    int same = 0;
+    for (int i = 0; i < SAMPLES; i++) {
+        const gen_seq *a = r[i].seq, *b = r[SAMPLES + i].seq;
+        same += a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t));
+    }
+    rl_rollout_free(e, r, 2 * SAMPLES);
+    env->free(env);
+    gen_free(e);
+    return same;
+}
+
 int main(void) {
     tokenizer *tok;
     must(tokenizer_load("tests/fixtures/tokenizers/bpe/tokenizer.json", &tok), "tokenizer");
@@ -150,6 +181,23 @@ int main(void) {
     }
     printf("  context limits 40..160, 3 turns: %d empty turns of %d reached\n", empty, turns);
     CHECK(empty == 0, "%d turns were opened with no room to sample", empty);
+
+    /* Repeats of a task in one batch: keyed by the task's index alone they
+     * repeat the first's conversations; rl_task_keys gives them their own. */
+    const int64_t index[6] = {3, 1, 3, 0, 3, 1}, want_keys[6] = {3, 1, 7, 0, 11, 5};
+    int64_t keys[6];
+    rl_task_keys(index, 6, 4, keys);
+    CHECK(!memcmp(keys, want_keys, sizeof keys), "task keys %lld %lld %lld %lld %lld %lld", (long long)keys[0],
+          (long long)keys[1], (long long)keys[2], (long long)keys[3], (long long)keys[4], (long long)keys[5]);
+    const int64_t by_index[2] = {1, 1};
+    int64_t own[2];
+    rl_task_keys(by_index, 2, 3, own);
+    const int same_by_index = repeat_same(&m, tok, by_index), same_own = repeat_same(&m, tok, own);
+    printf("  a task twice in a batch: %d/%d conversations repeated keyed by index, %d/%d with their own keys\n",
+           same_by_index, SAMPLES, same_own, SAMPLES);
+    CHECK(same_by_index == SAMPLES, "the same keys must give the same conversations (%d/%d)", same_by_index,
+          SAMPLES);
+    CHECK(same_own == 0, "%d of the repeat's conversations equal the first's", same_own);
     model_free(&m);
     ops_ctx_free(&ctx);
     tokenizer_free(tok);
