@@ -627,20 +627,21 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     int kind = ctx->tuning.paged_kernel;
     if (kind < OPS_PAGED_AUTO || kind > OPS_PAGED_PLAIN)
         DK_ABORT("ops_tuning.paged_kernel = %d: expected an ops_paged_kernel (0..3)", kind);
-    if (kind == OPS_PAGED_AUTO) kind = (long)T * a.G < 16L * n_seqs ? OPS_PAGED_DECODE : OPS_PAGED_MMA;
-    /* Except wide groups at a batch past one CTA an SM: the warp kernel
-     * holds K/V in registers, and at 5 heads a group (Qwen3-14B, padded to
-     * an instance of 8) a thread needs 244 of them, which leaves 8 warps an
-     * SM and too few loads in flight. At batch 64, 640-token context on an
-     * H100 it read 1.2 TB/s (138 us a layer; 123 us with an instance of 5
-     * heads) where the tensor-core kernel, staging keys through shared
-     * memory, read 2.0 TB/s (84 us); at 4 heads the warp kernel still led
-     * (77 against 82 us). Few sequences keep the warp kernel: its
-     * cluster splits are what make batch-1 decode fast; so do groups of
-     * shared pages, whose shared keys a tensor-core pass reads first. */
-    if (ctx->tuning.paged_kernel == OPS_PAGED_AUTO && kind == OPS_PAGED_DECODE && a.G > 4 &&
-        (long)T * Hkv >= cuda_sm_count(ctx) && !(groups && groups->n > 0))
-        kind = OPS_PAGED_MMA;
+    if (kind == OPS_PAGED_AUTO) {
+        kind = (long)T * a.G < 16L * n_seqs ? OPS_PAGED_DECODE : OPS_PAGED_MMA;
+        /* Except wide groups at a batch past one CTA an SM: the warp kernel
+         * holds K/V in registers, and at 5 heads a group (Qwen3-14B, padded to
+         * an instance of 8) a thread needs 244 of them, which leaves 8 warps an
+         * SM and too few loads in flight. At batch 64, 640-token context on an
+         * H100 it read 1.2 TB/s (138 us a layer; 123 us with an instance of 5
+         * heads) where the tensor-core kernel, staging keys through shared
+         * memory, read 2.0 TB/s (84 us); at 4 heads the warp kernel still led
+         * (77 against 82 us). Few sequences keep the warp kernel: its
+         * cluster splits are what make batch-1 decode fast; so do groups of
+         * shared pages, whose shared keys a tensor-core pass reads first. */
+        if (kind == OPS_PAGED_DECODE && a.G > 4 && (long)T * Hkv >= cuda_sm_count(ctx) && !(groups && groups->n > 0))
+            kind = OPS_PAGED_MMA;
+    }
     if (!vec) kind = OPS_PAGED_PLAIN;
     if (kind == OPS_PAGED_DECODE && !cuda_paged_decode_fits(D, a.G)) kind = OPS_PAGED_MMA;
     const int max_ctx = max_pages * page_size;

@@ -49,95 +49,92 @@ typedef struct {
     rl_rollout_stats st;
 } batch_result;
 
-/* Empty turns (a turn reached with no token sampled) over the batch at a
- * context limit of max_context; n_turns gets the turns reached. */
-static int run_batch_at(model *m, tokenizer *tok, int max_context, int *n_turns);
+/* An engine over the model, the toy environment and the rollout settings
+ * every case starts from (seed 7, step 1, the toy feedback between turns). */
+typedef struct {
+    gen_engine *e;
+    rl_env *env;
+    const rl_task *toy;
+    int32_t stop;
+    rl_rollout_config rc;
+} toy_run;
+
+static void toy_open(toy_run *t, model *m, tokenizer *tok, int sharing, int max_context, int max_turns) {
+    gen_config gc = {.page_size = PAGE, .n_pages = N_PAGES, .max_batch = 16, .max_step_tokens = 64,
+                     .max_context = max_context, .prefix_sharing = sharing};
+    must(gen_create(&t->e, m, &gc), "gen_create");
+    t->env = rl_env_toy_new(8);
+    int n_toy;
+    t->toy = rl_env_toy_tasks(&n_toy);
+    CHECK(n_toy >= TASKS, "the toy has %d tasks, the test needs %d", n_toy, TASKS);
+    t->stop = tokenizer_token_id(tok, "<|im_end|>");
+    t->rc = (rl_rollout_config){.max_turns = max_turns, .first_template = "{source}",
+                                .followup_template = "{feedback}", .seed = 7, .step = 1,
+                                .gen = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 12,
+                                        .stop_tokens = &t->stop, .n_stop_tokens = 1}};
+}
+
+static void toy_close(toy_run *t) {
+    t->env->free(t->env);
+    gen_free(t->e);
+}
 
 static void run_batch(model *m, tokenizer *tok, int sharing, batch_result *out) {
-    gen_config gc = {.page_size = PAGE, .n_pages = N_PAGES, .max_batch = 16, .max_step_tokens = 64,
-                     .max_context = 512, .prefix_sharing = sharing};
-    gen_engine *e;
-    must(gen_create(&e, m, &gc), "gen_create");
-    rl_env *env = rl_env_toy_new(8);
-    int n_toy;
-    const rl_task *tasks = rl_env_toy_tasks(&n_toy);
-    CHECK(n_toy >= TASKS, "the toy has %d tasks, the test needs %d", n_toy, TASKS);
-    int32_t stop = tokenizer_token_id(tok, "<|im_end|>");
-    rl_rollout_config rc = {.max_turns = 2, .first_template = "{source}", .followup_template = "{feedback}",
-                            .seed = 7, .step = 1,
-                            .gen = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 12, .stop_tokens = &stop,
-                                    .n_stop_tokens = 1}};
+    toy_run t;
+    toy_open(&t, m, tok, sharing, 512, 2);
     rl_rollout r[N];
-    must(rl_rollout_batch(e, tok, env, tasks, TASKS, SAMPLES, &rc, r, &out->st), "rl_rollout_batch");
-    CHECK(gen_check_pages(e) == DK_OK, "after the batch: %s", dk_error());
+    must(rl_rollout_batch(t.e, tok, t.env, t.toy, TASKS, SAMPLES, &t.rc, r, &out->st), "rl_rollout_batch");
+    CHECK(gen_check_pages(t.e) == DK_OK, "after the batch: %s", dk_error());
     for (int i = 0; i < N; i++) {
         out->n[i] = r[i].seq->n_tokens;
         out->prompt_len[i] = r[i].turn_start[0];
         out->tokens[i] = dk_malloc((size_t)out->n[i] * sizeof(int32_t));
         memcpy(out->tokens[i], r[i].seq->tokens, (size_t)out->n[i] * sizeof(int32_t));
     }
-    rl_rollout_free(e, r, N);
-    CHECK(gen_free_pages(e) == N_PAGES, "%d of %d pages free after the rollouts", gen_free_pages(e), N_PAGES);
-    env->free(env);
-    gen_free(e);
+    rl_rollout_free(t.e, r, N);
+    CHECK(gen_free_pages(t.e) == N_PAGES, "%d of %d pages free after the rollouts", gen_free_pages(t.e), N_PAGES);
+    toy_close(&t);
 }
 
+/* Empty turns (a turn reached with no token sampled) over a 3-turn batch at
+ * a context limit of max_context; n_turns gets the turns reached. */
 static int run_batch_at(model *m, tokenizer *tok, int max_context, int *n_turns) {
-    gen_config gc = {.page_size = PAGE, .n_pages = N_PAGES, .max_batch = 16, .max_step_tokens = 64,
-                     .max_context = max_context, .prefix_sharing = 1};
-    gen_engine *e;
-    must(gen_create(&e, m, &gc), "gen_create");
-    rl_env *env = rl_env_toy_new(8);
-    int n_toy;
-    const rl_task *tasks = rl_env_toy_tasks(&n_toy);
-    int32_t stop = tokenizer_token_id(tok, "<|im_end|>");
-    rl_rollout_config rc = {.max_turns = 3, .first_template = "{source}", .followup_template = "{feedback}",
-                            .seed = 7, .step = 1,
-                            .gen = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 12, .stop_tokens = &stop,
-                                    .n_stop_tokens = 1}};
+    toy_run t;
+    toy_open(&t, m, tok, 1, max_context, 3);
     rl_rollout r[N];
     rl_rollout_stats st;
-    must(rl_rollout_batch(e, tok, env, tasks, TASKS, SAMPLES, &rc, r, &st), "rl_rollout_batch");
+    must(rl_rollout_batch(t.e, tok, t.env, t.toy, TASKS, SAMPLES, &t.rc, r, &st), "rl_rollout_batch");
     int empty = 0;
     *n_turns = 0;
     for (int i = 0; i < N; i++)
-        for (int t = 0; t < r[i].n_turns; t++) {
-            empty += r[i].turn_end[t] == r[i].turn_start[t];
+        for (int k = 0; k < r[i].n_turns; k++) {
+            empty += r[i].turn_end[k] == r[i].turn_start[k];
             (*n_turns)++;
         }
-    CHECK(gen_check_pages(e) == DK_OK, "context %d: %s", max_context, dk_error());
-    rl_rollout_free(e, r, N);
-    env->free(env);
-    gen_free(e);
+    CHECK(gen_check_pages(t.e) == DK_OK, "context %d: %s", max_context, dk_error());
+    rl_rollout_free(t.e, r, N);
+    toy_close(&t);
     return empty;
 }
 
 /* One task twice in a batch (2 x SAMPLES conversations) under the given
  * task keys: how many of the repeat's conversations equal the first's. */
 static int repeat_same(model *m, tokenizer *tok, const int64_t keys[2]) {
-    gen_config gc = {.page_size = PAGE, .n_pages = N_PAGES, .max_batch = 16, .max_step_tokens = 64,
-                     .max_context = 512, .prefix_sharing = 1};
-    gen_engine *e;
-    must(gen_create(&e, m, &gc), "gen_create");
-    rl_env *env = rl_env_toy_new(8);
-    int n_toy;
-    const rl_task *toy = rl_env_toy_tasks(&n_toy);
-    const rl_task tasks[2] = {toy[1], toy[1]};
-    int32_t stop = tokenizer_token_id(tok, "<|im_end|>");
-    rl_rollout_config rc = {.max_turns = 1, .first_template = "{source}", .seed = 7, .step = 3, .task_keys = keys,
-                            .gen = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 12, .stop_tokens = &stop,
-                                    .n_stop_tokens = 1}};
+    toy_run t;
+    toy_open(&t, m, tok, 1, 512, 1);
+    t.rc.step = 3;
+    t.rc.task_keys = keys;
+    const rl_task tasks[2] = {t.toy[1], t.toy[1]};
     rl_rollout r[2 * SAMPLES];
     rl_rollout_stats st;
-    must(rl_rollout_batch(e, tok, env, tasks, 2, SAMPLES, &rc, r, &st), "rl_rollout_batch");
+    must(rl_rollout_batch(t.e, tok, t.env, tasks, 2, SAMPLES, &t.rc, r, &st), "rl_rollout_batch");
     int same = 0;
     for (int i = 0; i < SAMPLES; i++) {
         const gen_seq *a = r[i].seq, *b = r[SAMPLES + i].seq;
         same += a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t));
     }
-    rl_rollout_free(e, r, 2 * SAMPLES);
-    env->free(env);
-    gen_free(e);
+    rl_rollout_free(t.e, r, 2 * SAMPLES);
+    toy_close(&t);
     return same;
 }
 
