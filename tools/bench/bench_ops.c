@@ -9,9 +9,11 @@
  *     GEMM rate torch reaches on 8192^3 in the same run,
  *   - torch's time and the ratio torch time / our time (> 1: we are faster).
  *
- *   bench_ops [--quick | --decode]
+ *   bench_ops [--quick | --decode | --decode-shape M N K]
  *
  * --decode: the decode-step products alone, each with its plan sweep.
+ * --decode-shape: one such product, ours only (no torch run): a short
+ * process to put under a profiler.
  *
  * Torch equivalents: RMSNorm = F.rms_norm and the Hugging Face formula in
  * bf16 (the faster counts), LayerNorm = F.layer_norm with weight and bias,
@@ -443,8 +445,20 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     const int decode_only = argc > 1 && strcmp(argv[1], "--decode") == 0;
-    if (argc > 2 || (argc == 2 && !quick && !decode_only)) {
-        fprintf(stderr, "usage: %s [--quick | --decode]\n", argv[0]);
+    const int one_shape = argc == 5 && strcmp(argv[1], "--decode-shape") == 0;
+    int shape[3] = {0, 0, 0};
+    for (int i = 0; one_shape && i < 3; i++) {
+        char *end;
+        const long v = strtol(argv[2 + i], &end, 10);
+        if (*end || v < 1 || v > (1L << 24)) {
+            static const char *const names[3] = {"M", "N", "K"};
+            fprintf(stderr, "bench_ops: --decode-shape %s = \"%s\": expected a positive count\n", names[i], argv[2 + i]);
+            return 2;
+        }
+        shape[i] = (int)v;
+    }
+    if (!one_shape && (argc > 2 || (argc == 2 && !quick && !decode_only))) {
+        fprintf(stderr, "usage: %s [--quick | --decode | --decode-shape M N K]\n", argv[0]);
         return 2;
     }
     if (device_count() == 0 || !ops_cuda_available()) {
@@ -468,6 +482,12 @@ int main(int argc, char **argv) {
     double copy_bw = 2.0 * cp.bytes / (copy_us * 1e-6);
     ops_free(&ctx, cp.src), ops_free(&ctx, cp.dst);
 
+    if (one_shape) {
+        printf("copy bandwidth: %.3f TB/s\n", copy_bw / 1e12);
+        bench_matmul_decode("one", shape[0], shape[1], shape[2], 0, reps);
+        ops_ctx_free(&ctx);
+        return 0;
+    }
     if (!decode_only) {
         /* Hidden sizes of Qwen3-0.6B, 1.7B, 8B and 14B; the per-head q/k norm. */
         const int hidden[] = {1024, 2048, 4096, 5120};
