@@ -72,6 +72,11 @@ typedef struct ops_tuning {
      * query group is too wide for that many warps. */
     int decode_warps;
     int decode_splits;
+    /* Whether the warp kernel requests a warp's next rows before the math
+     * of its current ones: 0 chosen (where the batch's (token, KV head)
+     * units are fewer than the SMs and groups hold at most 2 query heads),
+     * 1 always, -1 never. */
+    int decode_prefetch;
     /* Non-zero: the decode-step kernels start as ordinary launches rather
      * than programmatic dependent ones (cuda_common.cuh). */
     int no_pdl;

@@ -31,6 +31,14 @@
  * those partials into its output (pd_finish), so 16 samples of one prompt
  * read the prompt's pages once, not 16 times.
  *
+ * A short batch over a long context leaves few warps an SM (batch 1 at 32k:
+ * 8 KV heads x 16 splits), and a warp that loads a step's rows and then
+ * waits on them spends the kernel waiting: there each warp requests its
+ * next step's rows before the current step's math (PF). Measured on an H100,
+ * Qwen3-1.7B shape at batch 1, 32k context: 70.3 -> 62.7 us a layer (1.91 ->
+ * 2.14 TB/s of K/V); at batch 64, 640 context, where many CTAs share each
+ * SM, it cost 0.9 us a layer, so it is left out there (pd_prefetch).
+ *
  * Any query count per sequence is served correctly (each token has its own
  * causal end), but keys are re-read per token, so the host picks this
  * kernel only when sequences carry few query rows (see cuda_paged_attention).
@@ -52,9 +60,10 @@ __host__ __device__ constexpr int pd_unroll(int GM) { return GM <= 2 ? 4 : 2; }
 
 /* Whether CTAs of nw warps (8 or 16; 4 always) fit: their warp states in
  * static shared memory, and at 16 warps (128 registers a thread) groups of
- * up to 4 heads, as wider ones spill. */
-__host__ __device__ constexpr bool pd_wide_fits(int D, int GM, int nw) {
-    return nw * GM * D * (int)sizeof(float) <= 32768 && (nw < 16 || GM <= 4);
+ * up to 4 heads, as wider ones spill; up to 2 where each warp also holds
+ * its next rows (pf, see the kernel), as 4 then spill. */
+__host__ __device__ constexpr bool pd_wide_fits(int D, int GM, int nw, bool pf) {
+    return nw * GM * D * (int)sizeof(float) <= 32768 && (nw < 16 || GM <= (pf ? 2 : 4));
 }
 
 /* Row (t, head)'s output at dim d from this kernel's keys (max mx, sum L
@@ -80,7 +89,7 @@ __device__ __forceinline__ float pd_finish(const pa_args &a, int skip, size_t ro
     return L > 0.0f ? O / L : 0.0f;
 }
 
-template <int D, int GM, int NW>
+template <int D, int GM, int NW, bool PF>
 __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     constexpr int LPK = D / 8;          /* lanes per key row */
     constexpr int KPL = 32 / LPK;       /* keys per warp-wide load */
@@ -122,33 +131,39 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     bool ok[U];
     /* A warp step's rows start at key k0: clear_rows marks which hold keys
      * and zeroes them, load_rows loads those among them in [lo, hi). */
-    auto clear_rows = [&](int k0) {
+    auto clear_rows = [&](uint4(&kx)[U], uint4(&vx)[U], bool(&okx)[U], int k0) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            ok[u] = k0 + u * KPL + sub < k_end;
-            kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
+            okx[u] = k0 + u * KPL + sub < k_end;
+            kx[u] = vx[u] = make_uint4(0u, 0u, 0u, 0u);
         }
     };
-    auto load_rows = [&](int k0, int lo, int hi) {
+    auto load_rows = [&](uint4(&kx)[U], uint4(&vx)[U], const bool(&okx)[U], int k0, int lo, int hi) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int p = k0 + u * KPL + sub;
-            if (ok[u] && p >= lo && p < hi) {
+            if (okx[u] && p >= lo && p < hi) {
                 const size_t off =
                     ((size_t)pages[p / a.page_size] * a.page_size + p % a.page_size) * tok_stride + head_off;
-                kr[u] = ld_stream(a.kc + off);
-                vr[u] = ld_stream(a.vc + off);
+                kx[u] = ld_stream(a.kc + off);
+                vx[u] = ld_stream(a.vc + off);
             }
         }
     };
     const int k_first = k_begin + warp * KPS;
-    clear_rows(k_first);
-    load_rows(k_first, 0, fresh);
+    clear_rows(kr, vr, ok, k_first);
+    load_rows(kr, vr, ok, k_first, 0, fresh);
 
     pdl_wait(); /* q and the new tokens' K/V are the kernel before's output */
     pdl_launch_dependents();
 
-    load_rows(k_first, fresh, k_end);
+    load_rows(kr, vr, ok, k_first, fresh, k_end);
+    /* PF: the next step's rows are requested before this step's math (a
+     * second set of registers), so a warp always has loads in flight; where
+     * few warps share an SM (a short batch over a long context) a warp's
+     * wait on each step's loads is otherwise the kernel's time. */
+    uint4 kn[PF ? U : 1], vn[PF ? U : 1];
+    bool okn[PF ? U : 1];
 
     /* This lane's 8 dims of each query head of the group, pre-scaled. */
     float qf[GM][8];
@@ -173,9 +188,19 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
     }
 
     for (int k0 = k_first; k0 < k_end; k0 += NW * KPS) {
-        if (k0 != k_first) { /* the first step's rows are loaded above */
-            clear_rows(k0);
-            load_rows(k0, 0, k_end);
+        if constexpr (PF) {
+            if (k0 != k_first) { /* the rows prefetched last step */
+#pragma unroll
+                for (int u = 0; u < U; u++) kr[u] = kn[u], vr[u] = vn[u], ok[u] = okn[u];
+            }
+            const int k1 = k0 + NW * KPS;
+            if (k1 < k_end) {
+                clear_rows(kn, vn, okn, k1);
+                load_rows(kn, vn, okn, k1, 0, k_end);
+            }
+        } else if (k0 != k_first) { /* the first step's rows are loaded above */
+            clear_rows(kr, vr, ok, k0);
+            load_rows(kr, vr, ok, k0, 0, k_end);
         }
         /* Scores: 8-dim partial dots summed over the key's LPK lanes. */
         float sc[U][GM];
@@ -318,32 +343,51 @@ __global__ void __launch_bounds__(NW * 32) paged_decode(pa_args a) {
 
 typedef void (*pd_kernel)(pa_args);
 
-template <int D, int GM>
+template <int D, int GM, bool PF>
 static pd_kernel kernel_for_nw(int nw) {
-    if constexpr (pd_wide_fits(D, GM, 16)) {
-        if (nw == 16) return paged_decode<D, GM, 16>;
+    if constexpr (pd_wide_fits(D, GM, 16, PF)) {
+        if (nw == 16) return paged_decode<D, GM, 16, PF>;
     }
-    if constexpr (pd_wide_fits(D, GM, 8)) {
-        if (nw == 8) return paged_decode<D, GM, 8>;
+    if constexpr (pd_wide_fits(D, GM, 8, PF)) {
+        if (nw == 8) return paged_decode<D, GM, 8, PF>;
     }
-    return paged_decode<D, GM, 4>;
+    return paged_decode<D, GM, 4, PF>;
 }
-template <int D>
+template <int D, bool PF>
 static pd_kernel kernel_for_g(int G, int nw) {
-    if (G <= 1) return kernel_for_nw<D, 1>(nw);
-    if (G <= 2) return kernel_for_nw<D, 2>(nw);
-    if (G <= 4) return kernel_for_nw<D, 4>(nw);
-    if (G <= 5) return kernel_for_nw<D, 5>(nw);
-    return kernel_for_nw<D, 8>(nw);
+    if (G <= 1) return kernel_for_nw<D, 1, PF>(nw);
+    if (G <= 2) return kernel_for_nw<D, 2, PF>(nw);
+    if (G <= 4) return kernel_for_nw<D, 4, PF>(nw);
+    if (G <= 5) return kernel_for_nw<D, 5, PF>(nw);
+    return kernel_for_nw<D, 8, PF>(nw);
 }
-static pd_kernel kernel_for(int D, int G, int nw) {
+template <bool PF>
+static pd_kernel kernel_for_pf(int D, int G, int nw) {
     switch (D) {
-    case 32: return kernel_for_g<32>(G, nw);
-    case 64: return kernel_for_g<64>(G, nw);
-    case 128: return kernel_for_g<128>(G, nw);
-    default: return kernel_for_g<256>(G, nw);
+    case 32: return kernel_for_g<32, PF>(G, nw);
+    case 64: return kernel_for_g<64, PF>(G, nw);
+    case 128: return kernel_for_g<128, PF>(G, nw);
+    default: return kernel_for_g<256, PF>(G, nw);
     }
 }
+static pd_kernel kernel_for(int D, int G, int nw, int pf) {
+    return pf ? kernel_for_pf<true>(D, G, nw) : kernel_for_pf<false>(D, G, nw);
+}
+/* Whether a step's kernel prefetches each warp's next rows (PF above):
+ * chosen where the (token, KV head) units are fewer than the SMs, so the
+ * splits of a long context, not many resident CTAs, must keep the loads
+ * in flight, and groups are of at most 2 heads. Wider groups lose the
+ * 16-warp CTAs with it (pd_wide_fits), and Qwen3-8B (4 heads) at batch 1,
+ * 8k context on an H200 read a layer in 32.4 us with it (8 warps a CTA)
+ * against 31.4 without (16). ctx->tuning.decode_prefetch pins it. */
+static int g_max(int G);
+static int pd_prefetch(const ops_ctx *ctx, long T, int Hkv, int G) {
+    const int forced = ctx->tuning.decode_prefetch;
+    if (forced < -1 || forced > 1)
+        DK_ABORT("ops_tuning.decode_prefetch = %d: expected 0 (chosen), 1 (on) or -1 (off)", forced);
+    return forced ? forced > 0 : T * Hkv < cuda_sm_count(ctx) && g_max(G) <= 2;
+}
+
 /* Query heads a kernel instance holds per KV head: 5 is Qwen3-14B's
  * 40 / 8, which padded to 8 took 244 registers a thread (8 warps an SM). */
 static int g_max(int G) { return G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : G <= 5 ? 5 : 8; }
@@ -406,9 +450,10 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
     if ((forced_nw != 0 && forced_nw != 4 && forced_nw != 8 && forced_nw != 16) || forced_splits < 0)
         DK_ABORT("ops_tuning.decode_warps = %d, decode_splits = %d: expected 0, 4, 8 or 16 warps and splits >= 0",
                  forced_nw, forced_splits);
-    if (forced_nw == 4 || (forced_nw > 4 && pd_wide_fits(D, g_max(G), forced_nw))) {
+    const int pf = pd_prefetch(ctx, T, Hkv, G);
+    if (forced_nw == 4 || (forced_nw > 4 && pd_wide_fits(D, g_max(G), forced_nw, pf))) {
         *nw = forced_nw;
-        const int cap = pd_cluster_max(ctx, kernel_for(D, G, forced_nw), forced_nw);
+        const int cap = pd_cluster_max(ctx, kernel_for(D, G, forced_nw, pf), forced_nw);
         return forced_splits < 1 ? 1 : forced_splits > cap ? cap : forced_splits;
     }
     const long units = T * Hkv;
@@ -418,8 +463,8 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
     static const int widths[] = {8, 16, 4};
     for (int wi = 0; wi < 3; wi++) {
         const int w = widths[wi];
-        if (w > 4 && !pd_wide_fits(D, g_max(G), w)) continue;
-        const pd_kernel k = kernel_for(D, G, w);
+        if (w > 4 && !pd_wide_fits(D, g_max(G), w, pf)) continue;
+        const pd_kernel k = kernel_for(D, G, w, pf);
         const long slots = (long)cuda_sm_count(ctx) * cuda_kernel_per_sm(ctx, (const void *)k, w * 32, 0);
         const long step = (long)w * (32 / (D / 8)) * pd_unroll(g_max(G)); /* keys a CTA step */
         long n = slots / units;
@@ -440,7 +485,7 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
 int cuda_paged_decode_chunk_align(int D, int nw) { return nw * (32 / (D / 8)) * 2; }
 
 void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw) {
-    const pd_kernel k = kernel_for(a->D, a->G, nw);
+    const pd_kernel k = kernel_for(a->D, a->G, nw, pd_prefetch(ctx, a->T, a->Hkv, a->G));
     if (a->nsplit > 1) {
         const int cap = pd_cluster_max(ctx, k, nw);
         if (a->nsplit > cap) DK_ABORT("paged_decode: %d splits exceed the cluster size %d", a->nsplit, cap);

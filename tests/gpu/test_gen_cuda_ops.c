@@ -155,6 +155,26 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
             pin_paged_kernel(OPS_PAGED_AUTO);
             ops_download_act(&gpu, again, d_out, (size_t)T * qrow);
             CHECK(!memcmp(again, out_g, (size_t)T * qrow * 4), "%s (warp kernel): a second launch differs", what);
+            /* Requesting each warp's next rows early changes when keys
+             * load, not the arithmetic: under one pinned plan (4 warps, 3
+             * splits; the chosen plan may differ with it) the same bits
+             * either way, and within the tolerance of the CPU op. */
+            float *pf_out[2] = {dk_malloc((size_t)T * qrow * 4), dk_malloc((size_t)T * qrow * 4)};
+            gpu.tuning.decode_warps = 4, gpu.tuning.decode_splits = 3;
+            for (int i = 0; i < 2; i++) {
+                gpu.tuning.decode_prefetch = i ? 1 : -1;
+                pin_paged_kernel(OPS_PAGED_DECODE);
+                ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P,
+                                    scale, NULL);
+                pin_paged_kernel(OPS_PAGED_AUTO);
+                ops_download_act(&gpu, pf_out[i], d_out, (size_t)T * qrow);
+            }
+            gpu.tuning.decode_prefetch = 0, gpu.tuning.decode_warps = 0, gpu.tuning.decode_splits = 0;
+            const double pf_mx = max_abs_diff(pf_out[1], out_c, (size_t)T * qrow);
+            CHECK(!memcmp(pf_out[0], pf_out[1], (size_t)T * qrow * 4),
+                  "%s (warp kernel, 4 warps, 3 splits): the prefetch changes the output", what);
+            CHECK(pf_mx <= 2e-2, "%s (warp kernel, 4 warps, 3 splits, prefetch): max|diff| %.3e", what, pf_mx);
+            free(pf_out[0]), free(pf_out[1]);
             free(again);
         }
     }

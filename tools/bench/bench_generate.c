@@ -260,6 +260,13 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
         }
         ctx->tuning.decode_warps = 0;
     }
+    for (int pf = -1; pf <= 1; pf += 2) { /* each warp's next rows requested early, or not */
+        ctx->tuning.decode_prefetch = pf;
+        TIME(pf > 0 ? "(paged_attention, prefetch)" : "(paged_attention, no prefetch)", 0, 4.0 * B * ctx_len * KV,
+             ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
+                                 0.0883883f, NULL));
+    }
+    ctx->tuning.decode_prefetch = 0;
     /* The tensor-core kernel the op picks for continuation prefills, on the
      * same decode step, for comparison with the warp kernel chosen above. */
     ctx->tuning.paged_kernel = OPS_PAGED_MMA;
@@ -398,6 +405,15 @@ static void chain_table(model *m, int B, int ctx_len) {
                plans[i][1], t, t / m->cfg.n_layers * 1e3);
     }
     ctx->tuning.decode_warps = 0, ctx->tuning.decode_splits = 0;
+    /* The warp kernel with and without each warp's next rows requested
+     * before its current rows' math (the op chooses per call). */
+    for (int pf = -1; pf <= 1; pf += 2) {
+        ctx->tuning.decode_prefetch = pf;
+        const double t = chain_time(&ch);
+        printf("  paged_attention, next rows prefetched %-3s %.3f ms (%.1f us a layer)\n", pf > 0 ? "on" : "off", t,
+               t / m->cfg.n_layers * 1e3);
+    }
+    ctx->tuning.decode_prefetch = 0;
     /* The few-row products' grids (gemv_common.cuh): what fits the machine
      * (the choice), a block for every column group, half of what fits. */
     static const int shares[] = {0, -1, 2};
