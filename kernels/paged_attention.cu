@@ -577,11 +577,11 @@ static void launch_group_pass(ops_ctx *ctx, pa_args &a, const ops_kv_groups *gr)
 /* The decode kernel's launch: its warps and splits (one cluster a token and
  * KV head, merged on chip: no scratch, no second kernel). */
 static void launch_decode(ops_ctx *ctx, pa_args &a, int max_ctx) {
-    int nw = 4;
-    int nsplit = cuda_paged_decode_plan(ctx, a.T, a.Hkv, a.D, a.G, max_ctx, &nw);
+    int nw = 4, pf = 0;
+    int nsplit = cuda_paged_decode_plan(ctx, a.T, a.Hkv, a.D, a.G, max_ctx, &nw, &pf);
     a.chunk = split_chunk(max_ctx, cuda_paged_decode_chunk_align(a.D, nw), &nsplit);
     a.nsplit = nsplit;
-    cuda_paged_decode_launch(ctx, &a, nw);
+    cuda_paged_decode_launch(ctx, &a, nw, pf);
 }
 
 extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,

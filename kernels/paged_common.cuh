@@ -46,13 +46,14 @@ __device__ __forceinline__ void pa_q_range(const pa_args &a, int s, int *q0, int
 }
 
 /* paged_decode.cu: whether it serves head dim D with G query heads per KV
- * head; the warps a CTA (*nw) and the context splits (the return) of a
- * launch over T tokens; the multiple of keys a split's chunk is rounded to;
- * the launch itself (grid T * Hkv by a->nsplit, one cluster a (token, KV
- * head) when split). */
+ * head; the warps a CTA (*nw), whether warps prefetch their next rows (*pf)
+ * and the context splits (the return) of a launch over T tokens; the
+ * multiple of keys a split's chunk is rounded to; the launch itself of that
+ * plan (grid T * Hkv by a->nsplit, one cluster a (token, KV head) when
+ * split). */
 int cuda_paged_decode_fits(int D, int G);
-int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw);
+int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw, int *pf);
 int cuda_paged_decode_chunk_align(int D, int nw);
-void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw);
+void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw, int pf);
 
 #endif

@@ -373,6 +373,10 @@ static pd_kernel kernel_for_pf(int D, int G, int nw) {
 static pd_kernel kernel_for(int D, int G, int nw, int pf) {
     return pf ? kernel_for_pf<true>(D, G, nw) : kernel_for_pf<false>(D, G, nw);
 }
+/* Query heads a kernel instance holds per KV head: 5 is Qwen3-14B's
+ * 40 / 8, which padded to 8 took 244 registers a thread (8 warps an SM). */
+static int g_max(int G) { return G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : G <= 5 ? 5 : 8; }
+
 /* Whether a step's kernel prefetches each warp's next rows (PF above):
  * chosen where the (token, KV head) units are fewer than the SMs, so the
  * splits of a long context, not many resident CTAs, must keep the loads
@@ -380,17 +384,12 @@ static pd_kernel kernel_for(int D, int G, int nw, int pf) {
  * 16-warp CTAs with it (pd_wide_fits), and Qwen3-8B (4 heads) at batch 1,
  * 8k context on an H200 read a layer in 32.4 us with it (8 warps a CTA)
  * against 31.4 without (16). ctx->tuning.decode_prefetch pins it. */
-static int g_max(int G);
 static int pd_prefetch(const ops_ctx *ctx, long T, int Hkv, int G) {
     const int forced = ctx->tuning.decode_prefetch;
     if (forced < -1 || forced > 1)
         DK_ABORT("ops_tuning.decode_prefetch = %d: expected 0 (chosen), 1 (on) or -1 (off)", forced);
     return forced ? forced > 0 : T * Hkv < cuda_sm_count(ctx) && g_max(G) <= 2;
 }
-
-/* Query heads a kernel instance holds per KV head: 5 is Qwen3-14B's
- * 40 / 8, which padded to 8 took 244 registers a thread (8 warps an SM). */
-static int g_max(int G) { return G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : G <= 5 ? 5 : 8; }
 
 int cuda_paged_decode_fits(int D, int G) {
     return (D == 32 || D == 64 || D == 128 || D == 256) && G >= 1 && G <= PD_MAX_G;
@@ -445,12 +444,13 @@ static int pd_cluster_max(const ops_ctx *ctx, pd_kernel k, int nw) {
  * Each split gets at least one step of keys a warp; a batch that already
  * fills the GPU is not split. A benchmark may pin the plan
  * (ctx->tuning.decode_warps and decode_splits, ops.h). */
-int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw) {
+int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw, int *pf_out) {
     const int forced_nw = ctx->tuning.decode_warps, forced_splits = ctx->tuning.decode_splits;
     if ((forced_nw != 0 && forced_nw != 4 && forced_nw != 8 && forced_nw != 16) || forced_splits < 0)
         DK_ABORT("ops_tuning.decode_warps = %d, decode_splits = %d: expected 0, 4, 8 or 16 warps and splits >= 0",
                  forced_nw, forced_splits);
     const int pf = pd_prefetch(ctx, T, Hkv, G);
+    *pf_out = pf;
     if (forced_nw == 4 || (forced_nw > 4 && pd_wide_fits(D, g_max(G), forced_nw, pf))) {
         *nw = forced_nw;
         const int cap = pd_cluster_max(ctx, kernel_for(D, G, forced_nw, pf), forced_nw);
@@ -484,8 +484,8 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
 /* One step of keys for every warp of a CTA, at the smaller unroll. */
 int cuda_paged_decode_chunk_align(int D, int nw) { return nw * (32 / (D / 8)) * 2; }
 
-void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw) {
-    const pd_kernel k = kernel_for(a->D, a->G, nw, pd_prefetch(ctx, a->T, a->Hkv, a->G));
+void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw, int pf) {
+    const pd_kernel k = kernel_for(a->D, a->G, nw, pf);
     if (a->nsplit > 1) {
         const int cap = pd_cluster_max(ctx, k, nw);
         if (a->nsplit > cap) DK_ABORT("paged_decode: %d splits exceed the cluster size %d", a->nsplit, cap);

@@ -245,34 +245,31 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     TIME("qkv_to_cache (norm, rope, kv)", L, 2.0 * B * (2 * Q + 4 * KV),
          ops_qkv_to_cache(ctx, qk, kv.k[0], kv.v[0], fused, WL(P_Q_NORM), WL(P_K_NORM), d_pos, d_slot, B, Hq, Hkv, D,
                           1e-6f, 1e6f));
-    TIME("paged_attention", L, 4.0 * B * ctx_len * KV,
-         ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
-                             0.0883883f, NULL));
+    /* The step's attention call, timed under each pinned choice below. */
+#define PAGED_ATTENTION()                                                                                     \
+    ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P, \
+                        0.0883883f, NULL)
+    TIME("paged_attention", L, 4.0 * B * ctx_len * KV, PAGED_ATTENTION());
     if (B > 8) { /* the warp kernel's CTA widths, pinned (the op above plans its own) */
         static const int widths[] = {4, 8, 16};
         for (int i = 0; i < 3; i++) {
             char name[40];
             snprintf(name, sizeof name, "(paged_attention, %d warps)", widths[i]);
             ctx->tuning.decode_warps = widths[i];
-            TIME(name, 0, 4.0 * B * ctx_len * KV,
-                 ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D,
-                                     P, 0.0883883f, NULL));
+            TIME(name, 0, 4.0 * B * ctx_len * KV, PAGED_ATTENTION());
         }
         ctx->tuning.decode_warps = 0;
     }
     for (int pf = -1; pf <= 1; pf += 2) { /* each warp's next rows requested early, or not */
         ctx->tuning.decode_prefetch = pf;
         TIME(pf > 0 ? "(paged_attention, prefetch)" : "(paged_attention, no prefetch)", 0, 4.0 * B * ctx_len * KV,
-             ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
-                                 0.0883883f, NULL));
+             PAGED_ATTENTION());
     }
     ctx->tuning.decode_prefetch = 0;
     /* The tensor-core kernel the op picks for continuation prefills, on the
      * same decode step, for comparison with the warp kernel chosen above. */
     ctx->tuning.paged_kernel = OPS_PAGED_MMA;
-    TIME("(paged_attention, mma kernel)", 0, 4.0 * B * ctx_len * KV,
-         ops_paged_attention(ctx, att, qk, kv.k[0], kv.v[0], d_bt, pages_per, d_lens, d_cu, B, B, Hq, Hkv, D, P,
-                             0.0883883f, NULL));
+    TIME("(paged_attention, mma kernel)", 0, 4.0 * B * ctx_len * KV, PAGED_ATTENTION());
     ctx->tuning.paged_kernel = OPS_PAGED_AUTO;
     TIME("matmul o (+residual)", L, 2.0 * C * Q, ops_matmul(ctx, x, 0, att, WL(P_WO), B, C, Q, 0, 1, 1.0f, 1.0f));
     TIME("rmsnorm + gate|up + swiglu", L, 4.0 * I * C,
@@ -312,6 +309,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
     TIME("sample", 1, 8.0 * B * V, ops_sample(ctx, d_out, (float *)(d_out + B), logits, d_prm, B, V));
 #undef TIME
 #undef WL
+#undef PAGED_ATTENTION
     printf("  sum of the ops %.3f ms per step; a step measured %.3f ms\n", total, measured_ms);
     void *bufs[] = {x, ln, fused, qkv, qk, att, gu, h, rstd, logits, di, d_prm};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(ctx, bufs[i]);
