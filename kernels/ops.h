@@ -72,11 +72,17 @@ typedef struct ops_tuning {
      * query group is too wide for that many warps. */
     int decode_warps;
     int decode_splits;
-    /* Whether the warp kernel requests a warp's next rows before the math
-     * of its current ones: 0 chosen (where the batch's (token, KV head)
-     * units are fewer than the SMs and groups hold at most 2 query heads),
-     * 1 always, -1 never. */
+    /* How the warp kernel loads its key rows (paged_decode.cu): 0 chosen
+     * (where the batch's (token, KV head) units are fewer than the SMs,
+     * next rows in registers for groups of up to 2 heads and a shared ring
+     * for wider ones; else direct loads), -1 direct loads at each
+     * step, 1 each warp's next rows requested into registers before the
+     * math of its current ones, 2 the shared-memory ring. */
     int decode_prefetch;
+    /* How the warp kernel's splits merge: 0 chosen (paged_decode.cu's
+     * plan), 1 in a thread-block cluster, 2 through partials and a second
+     * kernel (not with groups of shared pages, which keep the cluster). */
+    int decode_merge;
     /* Non-zero: the decode-step kernels start as ordinary launches rather
      * than programmatic dependent ones (cuda_common.cuh). */
     int no_pdl;

@@ -574,14 +574,20 @@ static void launch_group_pass(ops_ctx *ctx, pa_args &a, const ops_kv_groups *gr)
     a.pre_chunk = p.chunk;
 }
 
-/* The decode kernel's launch: its warps and splits (one cluster a token and
- * KV head, merged on chip: no scratch, no second kernel). */
+/* The decode kernel's launch: its warps and splits, merged on chip (one
+ * cluster a token and KV head: no scratch, no second kernel) or, where
+ * the plan fills the GPU with more splits than clusters allow, through
+ * partials in the scratch and paged_attention_merge. */
 static void launch_decode(ops_ctx *ctx, pa_args &a, int max_ctx) {
-    int nw = 4, pf = 0;
-    int nsplit = cuda_paged_decode_plan(ctx, a.T, a.Hkv, a.D, a.G, max_ctx, &nw, &pf);
+    int nw = 4, lm = 0, gm = 0;
+    int nsplit = cuda_paged_decode_plan(ctx, a.T, a.Hkv, a.D, a.G, max_ctx, a.skip != NULL, &nw, &lm, &gm);
+    if (gm) nsplit = splits_in_scratch(ctx, nsplit, partials_bytes(a));
     a.chunk = split_chunk(max_ctx, cuda_paged_decode_chunk_align(a.D, nw), &nsplit);
     a.nsplit = nsplit;
-    cuda_paged_decode_launch(ctx, &a, nw, pf);
+    a.gmerge = gm && nsplit > 1;
+    if (a.gmerge) carve_partials(ctx, a);
+    cuda_paged_decode_launch(ctx, &a, nw, lm);
+    if (a.gmerge) launch_merge(ctx, a);
 }
 
 extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, const void *k_cache, const void *v_cache,

@@ -12,6 +12,9 @@ struct pa_args {
     const bf16 *q, *kc, *vc;
     const int32_t *bt, *ctx_lens, *cu_q;
     float *part_o, *part_lse; /* [nsplit, T, Hq, D], [nsplit, T, Hq] when nsplit > 1 */
+    /* The decode kernel's splits: 0 merged on chip in a cluster, 1 written
+     * as partials (part_o, part_lse) for paged_attention_merge. */
+    int gmerge;
     int max_pages, n_seqs, T, Hq, Hkv, G, D, page_size, chunk, nsplit;
     float scale_log2; /* scale * log2(e) */
     /* Groups that share leading pages (ops_kv_groups). The tensor-core
@@ -46,14 +49,16 @@ __device__ __forceinline__ void pa_q_range(const pa_args &a, int s, int *q0, int
 }
 
 /* paged_decode.cu: whether it serves head dim D with G query heads per KV
- * head; the warps a CTA (*nw), whether warps prefetch their next rows (*pf)
- * and the context splits (the return) of a launch over T tokens; the
- * multiple of keys a split's chunk is rounded to; the launch itself of that
- * plan (grid T * Hkv by a->nsplit, one cluster a (token, KV head) when
- * split). */
+ * head; the warps a CTA (*nw), how they load their rows (*lm: direct, next
+ * rows in registers, or a shared-memory ring), how splits merge (*gmerge:
+ * 0 in a cluster, 1 by paged_attention_merge) and the context splits (the
+ * return) of a launch over T tokens; the multiple of keys a split's chunk
+ * is rounded to; the launch itself of that plan (grid T * Hkv by
+ * a->nsplit, one cluster a (token, KV head) when split and !a->gmerge). */
 int cuda_paged_decode_fits(int D, int G);
-int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int *nw, int *pf);
+int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int grouped, int *nw,
+                           int *lm, int *gmerge);
 int cuda_paged_decode_chunk_align(int D, int nw);
-void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw, int pf);
+void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw, int lm);
 
 #endif

@@ -24,8 +24,13 @@
  * - grouped reads (ops_kv_groups: sequences sharing leading pages read
  *   them once a group): the same bounds against the CPU op, which checks
  *   the groups, and against the GPU without groups; bitwise repeatable.
+ * - the warp kernel's three ways of loading rows (ops_tuning.decode_prefetch)
+ *   give the same bits under one pinned plan; its splits merged by a second
+ *   kernel (decode_merge 2, 3 and 24 splits) meet the CPU bounds above and
+ *   repeat bitwise.
  * - a pinned paged attention kernel or decode plan out of range
- *   (ops_tuning.paged_kernel, decode_warps) aborts naming the field. */
+ *   (ops_tuning.paged_kernel, decode_warps, decode_prefetch, decode_merge)
+ *   aborts naming the field. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,26 +160,61 @@ static void check_paged(const char *what, int n_seqs, const int *lens, const int
             pin_paged_kernel(OPS_PAGED_AUTO);
             ops_download_act(&gpu, again, d_out, (size_t)T * qrow);
             CHECK(!memcmp(again, out_g, (size_t)T * qrow * 4), "%s (warp kernel): a second launch differs", what);
-            /* Requesting each warp's next rows early changes when keys
-             * load, not the arithmetic: under one pinned plan (4 warps, 3
-             * splits; the chosen plan may differ with it) the same bits
-             * either way, and within the tolerance of the CPU op. */
-            float *pf_out[2] = {dk_malloc((size_t)T * qrow * 4), dk_malloc((size_t)T * qrow * 4)};
+            /* How a warp's rows load (direct, next rows in registers, a
+             * shared-memory ring) changes when keys arrive, not the
+             * arithmetic: under one pinned plan (4 warps, 3 splits; the
+             * chosen plan may differ with the mode) the same bits every
+             * way, and within the tolerance of the CPU op. */
+            static const int modes[] = {-1, 1, 2};
+            static const char *const mode_names[] = {"direct", "registers", "ring"};
+            float *lm_out[3];
             gpu.tuning.decode_warps = 4, gpu.tuning.decode_splits = 3;
-            for (int i = 0; i < 2; i++) {
-                gpu.tuning.decode_prefetch = i ? 1 : -1;
+            for (int i = 0; i < 3; i++) {
+                lm_out[i] = dk_malloc((size_t)T * qrow * 4);
+                gpu.tuning.decode_prefetch = modes[i];
                 pin_paged_kernel(OPS_PAGED_DECODE);
                 ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D, P,
                                     scale, NULL);
                 pin_paged_kernel(OPS_PAGED_AUTO);
-                ops_download_act(&gpu, pf_out[i], d_out, (size_t)T * qrow);
+                ops_download_act(&gpu, lm_out[i], d_out, (size_t)T * qrow);
             }
             gpu.tuning.decode_prefetch = 0, gpu.tuning.decode_warps = 0, gpu.tuning.decode_splits = 0;
-            const double pf_mx = max_abs_diff(pf_out[1], out_c, (size_t)T * qrow);
-            CHECK(!memcmp(pf_out[0], pf_out[1], (size_t)T * qrow * 4),
-                  "%s (warp kernel, 4 warps, 3 splits): the prefetch changes the output", what);
-            CHECK(pf_mx <= 2e-2, "%s (warp kernel, 4 warps, 3 splits, prefetch): max|diff| %.3e", what, pf_mx);
-            free(pf_out[0]), free(pf_out[1]);
+            for (int i = 1; i < 3; i++) {
+                const double lm_mx = max_abs_diff(lm_out[i], out_c, (size_t)T * qrow);
+                CHECK(!memcmp(lm_out[0], lm_out[i], (size_t)T * qrow * 4),
+                      "%s (warp kernel, 4 warps, 3 splits): %s loads change the output", what, mode_names[i]);
+                CHECK(lm_mx <= 2e-2, "%s (warp kernel, 4 warps, 3 splits, %s loads): max|diff| %.3e", what,
+                      mode_names[i], lm_mx);
+            }
+            for (int i = 0; i < 3; i++) free(lm_out[i]);
+            /* Splits merged by a second kernel from partials in the
+             * scratch (ops_tuning.decode_merge 2; past the cluster size
+             * too): within the CPU op's tolerance, and the same bits on a
+             * second launch. */
+            static const int gsplits[] = {3, 24};
+            for (int i = 0; i < 2; i++) {
+                float *gm_out[2] = {dk_malloc((size_t)T * qrow * 4), dk_malloc((size_t)T * qrow * 4)};
+                gpu.tuning.decode_warps = 4, gpu.tuning.decode_splits = gsplits[i], gpu.tuning.decode_merge = 2;
+                for (int r = 0; r < 2; r++) {
+                    pin_paged_kernel(OPS_PAGED_DECODE);
+                    ops_paged_attention(&gpu, d_out, d_q, d_kc, d_vc, d_bt, maxp, d_cl, d_cq, n_seqs, T, Hq, Hkv, D,
+                                        P, scale, NULL);
+                    pin_paged_kernel(OPS_PAGED_AUTO);
+                    ops_download_act(&gpu, gm_out[r], d_out, (size_t)T * qrow);
+                }
+                gpu.tuning.decode_warps = 0, gpu.tuning.decode_splits = 0, gpu.tuning.decode_merge = 0;
+                double gm_mean = 0.0;
+                for (size_t e = 0; e < (size_t)T * qrow; e++) gm_mean += fabs((double)gm_out[0][e] - out_c[e]);
+                gm_mean /= (double)T * qrow;
+                const double gm_mx = max_abs_diff(gm_out[0], out_c, (size_t)T * qrow);
+                CHECK(gm_mx <= 2e-2 && gm_mean <= 2e-3,
+                      "%s (warp kernel, 4 warps, %d splits merged by a second kernel): max|diff| %.3e mean %.3e",
+                      what, gsplits[i], gm_mx, gm_mean);
+                CHECK(!memcmp(gm_out[0], gm_out[1], (size_t)T * qrow * 4),
+                      "%s (warp kernel, %d splits merged by a second kernel): a second launch differs", what,
+                      gsplits[i]);
+                free(gm_out[0]), free(gm_out[1]);
+            }
             free(again);
         }
     }
@@ -546,6 +586,15 @@ static void bad_decode_warps(void *arg) {
     paged_decode_call(arg);
 }
 
+static void bad_decode_merge(void *arg) {
+    gpu.tuning.decode_merge = 3;
+    paged_decode_call(arg);
+}
+static void bad_decode_prefetch(void *arg) {
+    gpu.tuning.decode_prefetch = 3;
+    paged_decode_call(arg);
+}
+
 static void test_tuning_errors(void) {
     const int32_t bt[4] = {0, 1, 2, 3}, lens[4] = {16, 16, 16, 16}, cu[5] = {0, 1, 2, 3, 4};
     const size_t qo = (size_t)4 * 8 * 128 * 2, kv = (size_t)4 * 16 * 2 * 128 * 2;
@@ -555,6 +604,10 @@ static void test_tuning_errors(void) {
           "ops_paged_attention with paged_kernel = 4 must abort naming the field");
     CHECK(expect_abort("decode_warps 6", bad_decode_warps, &c, "ops_tuning.decode_warps"),
           "a decode step with decode_warps = 6 must abort naming the field");
+    CHECK(expect_abort("decode_prefetch 3", bad_decode_prefetch, &c, "ops_tuning.decode_prefetch"),
+          "a decode step with decode_prefetch = 3 must abort naming the field");
+    CHECK(expect_abort("decode_merge 3", bad_decode_merge, &c, "ops_tuning.decode_merge"),
+          "a decode step with decode_merge = 3 must abort naming the field");
     void *bufs[] = {c.q, c.out, c.kc, c.vc, c.bt, c.lens, c.cu};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(&gpu, bufs[i]);
 }

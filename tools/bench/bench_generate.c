@@ -45,7 +45,8 @@
  *        [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]
  * (--chain: section 5 alone; --ops: one decode step of that model shape at
  * that batch and context, alone: its time, the per-op table of section 3
- * and the left-out chain of section 5, for the recipe's shapes) */
+ * and the left-out chain of section 5, for the recipe's shapes; with
+ * --table-only the op table alone, a short run for a profiler) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,12 +261,24 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
         }
         ctx->tuning.decode_warps = 0;
     }
-    for (int pf = -1; pf <= 1; pf += 2) { /* each warp's next rows requested early, or not */
-        ctx->tuning.decode_prefetch = pf;
-        TIME(pf > 0 ? "(paged_attention, prefetch)" : "(paged_attention, no prefetch)", 0, 4.0 * B * ctx_len * KV,
-             PAGED_ATTENTION());
+    /* The warp kernel's ways of loading rows (paged_decode.cu; the op
+     * chooses per call): direct, next rows in registers, a shared ring. */
+    static const int load_modes[] = {-1, 1, 2};
+    static const char *const load_names[] = {"(paged_attention, direct loads)", "(paged_attention, next in regs)",
+                                             "(paged_attention, shared ring)"};
+    for (int i = 0; i < 3; i++) {
+        ctx->tuning.decode_prefetch = load_modes[i];
+        TIME(load_names[i], 0, 4.0 * B * ctx_len * KV, PAGED_ATTENTION());
     }
     ctx->tuning.decode_prefetch = 0;
+    /* Its splits merged in a cluster or by a second kernel (the op
+     * chooses). */
+    for (int mg = 1; mg <= 2; mg++) {
+        ctx->tuning.decode_merge = mg;
+        TIME(mg == 1 ? "(paged_attention, cluster merge)" : "(paged_attention, merge kernel)", 0,
+             4.0 * B * ctx_len * KV, PAGED_ATTENTION());
+    }
+    ctx->tuning.decode_merge = 0;
     /* The tensor-core kernel the op picks for continuation prefills, on the
      * same decode step, for comparison with the warp kernel chosen above. */
     ctx->tuning.paged_kernel = OPS_PAGED_MMA;
@@ -310,7 +323,8 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
 #undef TIME
 #undef WL
 #undef PAGED_ATTENTION
-    printf("  sum of the ops %.3f ms per step; a step measured %.3f ms\n", total, measured_ms);
+    if (measured_ms > 0.0) printf("  sum of the ops %.3f ms per step; a step measured %.3f ms\n", total, measured_ms);
+    else printf("  sum of the ops %.3f ms per step\n", total);
     void *bufs[] = {x, ln, fused, qkv, qk, att, gu, h, rstd, logits, di, d_prm};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(ctx, bufs[i]);
     free(hi), free(prm);
@@ -403,15 +417,35 @@ static void chain_table(model *m, int B, int ctx_len) {
                plans[i][1], t, t / m->cfg.n_layers * 1e3);
     }
     ctx->tuning.decode_warps = 0, ctx->tuning.decode_splits = 0;
-    /* The warp kernel with and without each warp's next rows requested
-     * before its current rows' math (the op chooses per call). */
-    for (int pf = -1; pf <= 1; pf += 2) {
-        ctx->tuning.decode_prefetch = pf;
+    /* The warp kernel's ways of loading rows, each pinned (the op chooses
+     * per call). */
+    static const int chain_modes[] = {-1, 1, 2};
+    static const char *const chain_names[] = {"direct loads", "next rows in registers", "a shared-memory ring"};
+    for (int i = 0; i < 3; i++) {
+        ctx->tuning.decode_prefetch = chain_modes[i];
         const double t = chain_time(&ch);
-        printf("  paged_attention, next rows prefetched %-3s %.3f ms (%.1f us a layer)\n", pf > 0 ? "on" : "off", t,
+        printf("  paged_attention, %-22s %.3f ms (%.1f us a layer)\n", chain_names[i], t,
                t / m->cfg.n_layers * 1e3);
     }
     ctx->tuning.decode_prefetch = 0;
+    /* Its splits merged in a cluster (as many as fit together) or by a
+     * second kernel (as many as fill the GPU), each pinned; then the second
+     * way at a few pinned split counts (16 warps a CTA). */
+    for (int mg = 1; mg <= 2; mg++) {
+        ctx->tuning.decode_merge = mg;
+        const double t = chain_time(&ch);
+        printf("  paged_attention, splits merged %-10s %.3f ms (%.1f us a layer)\n",
+               mg == 1 ? "in a cluster" : "by a kernel", t, t / m->cfg.n_layers * 1e3);
+    }
+    static const int gsplits[] = {16, 24, 32};
+    ctx->tuning.decode_merge = 2, ctx->tuning.decode_warps = 16;
+    for (int i = 0; i < (B <= 8 ? 3 : 0); i++) { /* a batch past that fills the GPU unsplit */
+        ctx->tuning.decode_splits = gsplits[i];
+        const double t = chain_time(&ch);
+        printf("  paged_attention, 16 warps, %2d splits merged by a kernel %.3f ms (%.1f us a layer)\n", gsplits[i],
+               t, t / m->cfg.n_layers * 1e3);
+    }
+    ctx->tuning.decode_merge = 0, ctx->tuning.decode_warps = 0, ctx->tuning.decode_splits = 0;
     /* The few-row products' grids (gemv_common.cuh): what fits the machine
      * (the choice), a block for every column group, half of what fits. */
     static const int shares[] = {0, -1, 2};
@@ -513,7 +547,7 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, hf_static_tps = 0.0, bw = 0.0; /* 0: measured on this device */
-    int quick = 0, graphs = 1, pdl = 1, chain_only = 0, ops_batch = 0, ops_ctx_len = 0;
+    int quick = 0, graphs = 1, pdl = 1, chain_only = 0, table_only = 0, ops_batch = 0, ops_ctx_len = 0;
     const char *ops_model = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
@@ -529,6 +563,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
         else if (!strcmp(argv[i], "--no-pdl")) pdl = 0;
         else if (!strcmp(argv[i], "--chain")) chain_only = 1;
+        else if (!strcmp(argv[i], "--table-only")) table_only = 1;
         else if (!strcmp(argv[i], "--ops") && i + 3 < argc) {
             ops_model = argv[++i];
             ops_batch = atoi(argv[++i]), ops_ctx_len = atoi(argv[++i]);
@@ -545,9 +580,13 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] "
-                    "[--no-pdl] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]\n");
+                    "[--no-pdl] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT [--table-only]]\n");
             return 2;
         }
+    }
+    if (table_only && !ops_model) {
+        fprintf(stderr, "bench_generate: --table-only goes with --ops\n");
+        return 2;
     }
     if (device_count() == 0 || !ops_cuda_available()) {
         fprintf(stderr, "bench_generate: needs a CUDA GPU and a build with the CUDA op table\n");
@@ -573,7 +612,7 @@ int main(int argc, char **argv) {
         static const char *const use_names[3] = {"", ", every product on the skinny kernel",
                                                  ", no product on the skinny kernel"};
         double serial = 0.0;
-        for (int u = 0; u < (ops_batch > 8 ? 3 : 1); u++) {
+        for (int u = 0; u < (table_only ? 0 : ops_batch > 8 ? 3 : 1); u++) {
             double enq, ser, pip;
             ctx.tuning.skinny_use = uses[u];
             launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &ser, &pip);
@@ -585,8 +624,10 @@ int main(int argc, char **argv) {
         ctx.tuning.skinny_use = 0;
         printf("\n[per-op times, batch %d, context %d]\n", ops_batch, ops_ctx_len);
         op_table(&bm.m, ops_batch, ops_ctx_len, serial);
-        printf("\n[the decode step's critical path, batch %d, context %d]\n", ops_batch, ops_ctx_len);
-        chain_table(&bm.m, ops_batch, ops_ctx_len);
+        if (!table_only) {
+            printf("\n[the decode step's critical path, batch %d, context %d]\n", ops_batch, ops_ctx_len);
+            chain_table(&bm.m, ops_batch, ops_ctx_len);
+        }
         bench_model_close(&bm);
         ops_ctx_free(&ctx);
         return 0;
