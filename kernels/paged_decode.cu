@@ -588,9 +588,10 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
     if (forced_nw == 4 || (forced_nw > 4 && pd_wide_fits(D, g_max(G), forced_nw, lm == PD_REGS))) {
         *nw = forced_nw;
         const int gm = forced_merge == 2 && !grouped;
-        const int cap =
-            gm ? PD_MAX_GSPLIT
-               : pd_cluster_max(ctx, kernel_for(D, G, forced_nw, lm), forced_nw, pd_smem_of(G, forced_nw, lm));
+        /* Asked either way: it sets the kernel's limits for the launch. */
+        const int ccap =
+            pd_cluster_max(ctx, kernel_for(D, G, forced_nw, lm), forced_nw, pd_smem_of(G, forced_nw, lm));
+        const int cap = gm ? PD_MAX_GSPLIT : ccap;
         const int n = forced_splits < 1 ? 1 : forced_splits > cap ? cap : forced_splits;
         *gmerge = gm && n > 1;
         return n;
@@ -639,12 +640,15 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
 /* One step of keys for every warp of a CTA, at the smaller unroll. */
 int cuda_paged_decode_chunk_align(int D, int nw) { return nw * (32 / (D / 8)) * 2; }
 
+/* The plan has set the kernel's limits (its shared memory, clusters past
+ * 8) through pd_cluster_max; only a cluster split is checked again. */
 void cuda_paged_decode_launch(ops_ctx *ctx, const pa_args *a, int nw, int lm) {
     const pd_kernel k = kernel_for(a->D, a->G, nw, lm);
     const size_t smem = pd_smem_of(a->G, nw, lm);
-    const int cap = pd_cluster_max(ctx, k, nw, smem); /* also sets the kernel's limits */
-    if (!a->gmerge && a->nsplit > cap)
-        DK_ABORT("paged_decode: %d splits exceed the cluster size %d", a->nsplit, cap);
+    if (a->nsplit > 1 && !a->gmerge) {
+        const int cap = pd_cluster_max(ctx, k, nw, smem);
+        if (a->nsplit > cap) DK_ABORT("paged_decode: %d splits exceed the cluster size %d", a->nsplit, cap);
+    }
     cuda_launch_pdl_cluster(ctx_stream(ctx), cuda_pdl_rows(ctx, a->T), a->gmerge ? 1 : a->nsplit, k,
                             dim3((unsigned)((long)a->T * a->Hkv), (unsigned)a->nsplit), dim3((unsigned)nw * 32), smem,
                             *a);

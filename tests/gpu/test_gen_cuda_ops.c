@@ -571,43 +571,37 @@ static void test_sample(void) {
 typedef struct {
     void *q, *out, *kc, *vc;
     int32_t *bt, *lens, *cu;
+    int *field; /* the gpu.tuning field the child sets to value before the call */
+    int value;
 } paged_call;
 
-static void paged_decode_call(paged_call *c) {
+static void bad_tuning_call(void *arg) {
+    paged_call *c = arg;
+    *c->field = c->value;
     ops_paged_attention(&gpu, c->out, c->q, c->kc, c->vc, c->bt, 1, c->lens, c->cu, 4, 4, 8, 2, 128, 16,
                         0.0883883f, NULL);
-}
-static void bad_paged_kernel(void *arg) {
-    gpu.tuning.paged_kernel = 4;
-    paged_decode_call(arg);
-}
-static void bad_decode_warps(void *arg) {
-    gpu.tuning.decode_warps = 6;
-    paged_decode_call(arg);
-}
-
-static void bad_decode_merge(void *arg) {
-    gpu.tuning.decode_merge = 3;
-    paged_decode_call(arg);
-}
-static void bad_decode_prefetch(void *arg) {
-    gpu.tuning.decode_prefetch = 3;
-    paged_decode_call(arg);
 }
 
 static void test_tuning_errors(void) {
     const int32_t bt[4] = {0, 1, 2, 3}, lens[4] = {16, 16, 16, 16}, cu[5] = {0, 1, 2, 3, 4};
     const size_t qo = (size_t)4 * 8 * 128 * 2, kv = (size_t)4 * 16 * 2 * 128 * 2;
     paged_call c = {ops_alloc(&gpu, qo), ops_alloc(&gpu, qo), ops_alloc(&gpu, kv), ops_alloc(&gpu, kv),
-                    gpu_copy(bt, sizeof bt), gpu_copy(lens, sizeof lens), gpu_copy(cu, sizeof cu)};
-    CHECK(expect_abort("paged_kernel 4", bad_paged_kernel, &c, "ops_tuning.paged_kernel"),
-          "ops_paged_attention with paged_kernel = 4 must abort naming the field");
-    CHECK(expect_abort("decode_warps 6", bad_decode_warps, &c, "ops_tuning.decode_warps"),
-          "a decode step with decode_warps = 6 must abort naming the field");
-    CHECK(expect_abort("decode_prefetch 3", bad_decode_prefetch, &c, "ops_tuning.decode_prefetch"),
-          "a decode step with decode_prefetch = 3 must abort naming the field");
-    CHECK(expect_abort("decode_merge 3", bad_decode_merge, &c, "ops_tuning.decode_merge"),
-          "a decode step with decode_merge = 3 must abort naming the field");
+                    gpu_copy(bt, sizeof bt), gpu_copy(lens, sizeof lens), gpu_copy(cu, sizeof cu), NULL, 0};
+    const struct {
+        const char *name;
+        int *field, value;
+    } bad[] = {{"paged_kernel", &gpu.tuning.paged_kernel, 4},
+               {"decode_warps", &gpu.tuning.decode_warps, 6},
+               {"decode_prefetch", &gpu.tuning.decode_prefetch, 3},
+               {"decode_merge", &gpu.tuning.decode_merge, 3}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char what[64], field[64];
+        snprintf(what, sizeof what, "%s %d", bad[i].name, bad[i].value);
+        snprintf(field, sizeof field, "ops_tuning.%s", bad[i].name);
+        c.field = bad[i].field, c.value = bad[i].value;
+        CHECK(expect_abort(what, bad_tuning_call, &c, field),
+              "a decode step with %s = %d must abort naming the field", bad[i].name, bad[i].value);
+    }
     void *bufs[] = {c.q, c.out, c.kc, c.vc, c.bt, c.lens, c.cu};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ops_free(&gpu, bufs[i]);
 }
