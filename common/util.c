@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common/util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -82,6 +83,23 @@ dk_status dk_mkdirs(const char *path) {
         }
     }
     return DK_OK;
+}
+
+void dk_remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char sub[4096];
+            if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub) continue;
+            struct stat st; /* lstat: a link is removed, never followed */
+            if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) dk_remove_tree(sub);
+            else unlink(sub);
+        }
+        closedir(d);
+    }
+    rmdir(path);
 }
 
 int dk_file_exists(const char *path) {

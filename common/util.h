@@ -21,6 +21,7 @@ char *dk_strdup(const char *s);
 dk_status dk_read_file(const char *path, char **out, size_t *len);
 dk_status dk_write_file(const char *path, const void *data, size_t len);
 dk_status dk_mkdirs(const char *path); /* mkdir -p */
+void dk_remove_tree(const char *path); /* rm -rf, links not followed; best effort */
 int dk_file_exists(const char *path);
 int dk_dir_exists(const char *path);
 

@@ -6,11 +6,16 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep, setenv */
 #include "dist/comm_internal.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/util.h"
 
@@ -58,6 +63,58 @@ static void number_nodes(MPI_Comm local) {
     n_nodes = id[1];
 }
 
+/* The session directory of a singleton (started without a launcher).
+ * Open MPI 4's isolated singletons all take job id 1, so every one on a
+ * machine keeps its session files in the same <tmp>/ompi.<host>.<uid>/jf.0/1:
+ * when one finishes it removes that directory while another is creating it,
+ * and the other's MPI_Init fails ("mkdir ... No such file or directory"),
+ * which is how tests running side by side under ctest -j failed. Each
+ * singleton gets a base of its own, <tmp>/drkernel-mpi.<uid>/<pid>, removed
+ * when it finishes; the bases of processes that died without finishing (kill
+ * -9) are swept by the next singleton to start. */
+static char singleton_dir[512];
+
+static int launcher_present(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+static void sweep_dead_singletons(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end = NULL;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+        char sub[sizeof singleton_dir];
+        if (snprintf(sub, sizeof sub, "%s/%s", root, e->d_name) < (int)sizeof sub) dk_remove_tree(sub);
+    }
+    closedir(d);
+}
+
+static void singleton_session_dir(void) {
+#ifdef OMPI_MAJOR_VERSION
+    if (launcher_present() || getenv("OMPI_MCA_orte_tmpdir_base")) return; /* the user's choice is kept */
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    char root[sizeof singleton_dir - 16];
+    if (snprintf(root, sizeof root, "%s/drkernel-mpi.%u", tmp, (unsigned)getuid()) >= (int)sizeof root) return;
+    if (mkdir(root, 0700) != 0 && errno != EEXIST) return; /* Open MPI's default then, as before */
+    sweep_dead_singletons(root);
+    snprintf(singleton_dir, sizeof singleton_dir, "%s/%ld", root, (long)getpid());
+    dk_remove_tree(singleton_dir); /* a dead process's, whose pid this one reuses */
+    if (mkdir(singleton_dir, 0700) != 0) {
+        singleton_dir[0] = '\0';
+        return;
+    }
+    setenv("OMPI_MCA_orte_tmpdir_base", singleton_dir, 1);
+#endif
+}
+
 void comm_launch(int *argc, char ***argv) {
     if (launched) return;
     const int pretend = test_nodes(); /* before MPI starts, so a bad value just exits */
@@ -72,6 +129,7 @@ void comm_launch(int *argc, char ***argv) {
          * read only by the singleton component, so under mpirun or srun it
          * changes nothing; a value the user set is kept. */
         setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+        singleton_session_dir();
         /* MULTIPLE: the mpi backend's progress thread runs collectives while
          * the caller's thread runs others on another communicator. */
         if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level) != MPI_SUCCESS) {
@@ -108,6 +166,8 @@ void comm_finish(void) {
     if (!launched) return;
     MPI_Finalized(&fin);
     if (!fin) MPI_Finalize();
+    if (singleton_dir[0]) dk_remove_tree(singleton_dir);
+    singleton_dir[0] = '\0';
     launched = 0;
 }
 

@@ -5,7 +5,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -27,17 +26,6 @@ int kg_redis_server_available(void) {
     char path[4096];
     return kg_find_in_path("redis-server", path, sizeof path);
 }
-
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb;
-    (void)ftw;
-    if (type == FTW_DP) rmdir(path);
-    else unlink(path);
-    return 0;
-}
-
-/* The dir holds the socket, config, log and the AOF directory. */
-static void remove_dir(const char *dir) { nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS); }
 
 static void log_tail(const char *dir, char *out, size_t n) {
     char p[512];
@@ -159,13 +147,13 @@ dk_status kg_redis_auto_start(kg_redis_auto *ra, double timeout_s) {
     kg_random_hex(password, 24);
     dk_status s = write_config(ra, password);
     if (s != DK_OK) {
-        remove_dir(ra->dir);
+        dk_remove_tree(ra->dir);
         return s;
     }
     snprintf(ra->url, sizeof ra->url, "unix://%s/redis.sock?password=%s", ra->dir, password);
     ra->owner = getpid();
     s = spawn_and_wait(ra, timeout_s, "--redis auto");
-    if (s != DK_OK) remove_dir(ra->dir);
+    if (s != DK_OK) dk_remove_tree(ra->dir);
     return s;
 }
 
@@ -252,7 +240,7 @@ dk_status kg_redis_auto_start_tcp(kg_redis_auto *ra, double timeout_s) {
         s = spawn_and_wait(ra, timeout_s, what);
         if (s == DK_OK) return DK_OK;
     }
-    remove_dir(ra->dir);
+    dk_remove_tree(ra->dir);
     return s;
 }
 
@@ -289,5 +277,5 @@ void kg_redis_auto_stop(kg_redis_auto *ra) {
     if (ra->pid <= 0 || ra->owner != getpid()) return;
     kg_terminate(ra->pid, 0, 5.0);
     ra->pid = 0;
-    remove_dir(ra->dir);
+    dk_remove_tree(ra->dir);
 }

@@ -87,25 +87,6 @@ static ckpt_shards_io local_io(local_state *s) {
     return io;
 }
 
-/* ---- files ------------------------------------------------------------------------- */
-
-static void remove_tree(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char sub[PATH_CAP];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            struct stat st;
-            if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(sub);
-            else unlink(sub);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
 /* ---- state.json ---------------------------------------------------------------------- */
 
 static dk_status save_state(const char *dir, const ckpt_state *s, int world) {
@@ -201,7 +182,7 @@ static void prune(const char *ckdir, int keep) {
     for (int i = keep; i < n; i++) {
         char path[PATH_CAP];
         snprintf(path, sizeof path, "%s/step_%08d", ckdir, es[i].step);
-        remove_tree(path);
+        dk_remove_tree(path);
     }
 }
 
@@ -220,7 +201,7 @@ static dk_status seal(const char *ckdir, const char *tmp, const char *final, con
     snprintf(path, sizeof path, "%s/DONE", tmp);
     DK_TRY(dk_write_file_synced(path, "", 0));
     DK_TRY(dk_fsync_path(tmp));
-    remove_tree(final); /* a re-run of the same step replaces it */
+    dk_remove_tree(final); /* a re-run of the same step replaces it */
     if (rename(tmp, final) != 0)
         return dk_fail(DK_ERR_RUNTIME, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
     DK_TRY(dk_fsync_path(ckdir));
@@ -237,7 +218,7 @@ dk_status ckpt_save_shards(const char *run_dir, const model_config *c, const par
     snprintf(final, sizeof final, "%s/step_%08d", ckdir, st->step);
     dk_status s = DK_OK;
     if (io->rank == 0) {
-        remove_tree(tmp);
+        dk_remove_tree(tmp);
         snprintf(path, sizeof path, "%s/optim", tmp);
         s = dk_mkdirs(path);
         snprintf(path, sizeof path, "%s/sums", tmp);
@@ -308,7 +289,7 @@ static dk_status start_clean(const dk_config *cfg, const ckpt_shards_io *io) {
                        ckdir);
     dk_status s = DK_OK;
     if (io->rank == 0) {
-        remove_tree(ckdir);
+        dk_remove_tree(ckdir);
         if (dk_dir_exists(ckdir)) s = dk_fail(DK_ERR_RUNTIME, "%s: cannot delete (ckpt.overwrite = true)", ckdir);
         else printf("ckpt.overwrite: deleted the checkpoints in %s\n", ckdir);
     }
