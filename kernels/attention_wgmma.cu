@@ -62,102 +62,14 @@
  * Built for sm_90a only: in other targets (the compute_90 PTX the build also
  * embeds) the kernel bodies trap, and attention.cu never launches them
  * there. */
-#include <cudaTypedefs.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "kernels/attention.cuh"
+#include "kernels/wgmma_common.cuh"
 
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define ATTN_NO_WGMMA 1 /* this device pass cannot emit wgmma */
-#endif
-
-#ifndef ATTN_NO_WGMMA
-
-/* The asm operands of the 64 columns (eight n8 tiles from n-tile j) of a
- * wgmma accumulator: per thread 4 floats per n8 tile, in the m16n8 order. */
-#define WG_ACC_N8(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-#define WG_ACC_N64(d, j)                                                                                         \
-    WG_ACC_N8(d, j), WG_ACC_N8(d, j + 1), WG_ACC_N8(d, j + 2), WG_ACC_N8(d, j + 3), WG_ACC_N8(d, j + 4),         \
-        WG_ACC_N8(d, j + 5), WG_ACC_N8(d, j + 6), WG_ACC_N8(d, j + 7)
-
-/* d (+)= a (registers) * B (descriptor), m64n64k16; TRANS_B = 1: B is MN-major. */
-template <int TRANS_B>
-__device__ __forceinline__ void wg_rs_n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
-        : WG_ACC_N64(d, 0)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TRANS_B), "r"(1));
-}
-
-/* d (+)= a (registers) * B (descriptor), m64n128k16; TRANS_B = 1: B is MN-major. */
-template <int TRANS_B>
-__device__ __forceinline__ void wg_rs_n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"
-        : WG_ACC_N64(d, 0), WG_ACC_N64(d, 8)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TRANS_B), "r"(1));
-}
-
-/* d = (scale_d ? d : 0) + A (descriptor, K-major) * B (descriptor, K-major), m64n64k16. */
-__device__ __forceinline__ void wg_ss_n64(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : WG_ACC_N64(d, 0)
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-
-/* Shared-memory matrix descriptor, 128-byte swizzle; lbo, sbo in bytes. */
-__device__ __forceinline__ uint64_t gdesc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
-}
-
-/* k16 step kk of a K-major operand stored as a swizzled [ROWS, D] tile. */
-template <int ROWS>
-__device__ __forceinline__ uint64_t desc_k(uint32_t tile, int kk) {
-    return gdesc(tile + (kk >> 2) * (ROWS * 128) + (kk & 3) * 32, 16, 1024);
-}
-
-/* k16 step kk (rows 16kk..16kk+15) of an MN-major operand, same storage. */
-template <int ROWS>
-__device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int kk) {
-    return gdesc(tile + kk * 16 * 128, ROWS * 128, 1024);
-}
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void reg_fence(float (&r)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(r[i][e])::"memory");
-}
-
-template <int N>
-__device__ __forceinline__ void zero(float (&r)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) r[i][0] = r[i][1] = r[i][2] = r[i][3] = 0.0f;
-}
-
+#ifndef WG_NO_WGMMA
 /* O-shaped accumulator (N = D) += a * MN-major B. */
 template <int D>
 __device__ __forceinline__ void wg_rs_nd(float (&d)[D / 8][4], const uint32_t (&a)[4], uint64_t db) {
@@ -165,19 +77,7 @@ __device__ __forceinline__ void wg_rs_nd(float (&d)[D / 8][4], const uint32_t (&
     else wg_rs_n64<1>(d, a, db);
 }
 
-/* Byte offset of 16-byte chunk c of row r in a swizzled [ROWS, D] tile. */
-template <int ROWS>
-__device__ __forceinline__ uint32_t sw_off(int r, int c) {
-    return (uint32_t)((c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-/* The dynamic shared memory rounded up to the 1024-byte swizzle atom. */
-__device__ __forceinline__ uint32_t smem_base() {
-    extern __shared__ __align__(16) unsigned char smem[];
-    return (smem_addr(smem) + 1023u) & ~1023u;
-}
-
-#endif /* !ATTN_NO_WGMMA */
+#endif /* !WG_NO_WGMMA */
 
 /* ---- forward ----------------------------------------------------------------------- */
 
@@ -214,84 +114,7 @@ __device__ __forceinline__ uint32_t smem_base() {
 #define FW_THREADS 384
 #define FW_BAR_PING 1 /* named barriers 1, 2: the consumers' token; 3, 4: a consumer alone */
 
-#ifndef ATTN_NO_WGMMA
-
-/* d = (scale_d ? d : 0) + A (descriptor, K-major) * B (descriptor, K-major), m64n128k16. */
-__device__ __forceinline__ void wg_ss_n128(float (&d)[16][4], uint64_t da, uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : WG_ACC_N64(d, 0), WG_ACC_N64(d, 8)
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-/* The producer's arrival: `bytes` more are on their way through TMA. */
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-/* Spins until the barrier's phase of parity `parity` has completed. */
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-
-/* TMA: the [rows, 64] box at (column col, row row) of the 2-D map into dst,
- * completion counted on bar. */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-            dst),
-        "l"((uint64_t)map), "r"(col), "r"(row), "r"(bar)
-        : "memory");
-}
-
-/* A whole [rows, D] tile: D / 64 boxes side by side. */
-template <int ROWS, int D>
-__device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar) {
-#pragma unroll
-    for (int b = 0; b < D / 64; b++) tma_load_2d(dst + b * ROWS * 128, map, col + b * 64, row, bar);
-}
-
-__device__ __forceinline__ void named_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-/* Producer: before the use-th filling of a stage, waits until the
- * consumers have handed back its previous one (none before the first). */
-__device__ __forceinline__ void stage_wait_empty(uint32_t empty, int use) {
-    if (use > 0) mbar_wait(empty, (use - 1) & 1);
-}
-
-/* Consumer: this warp is done with a stage (one arrival per warp). */
-__device__ __forceinline__ void stage_release(uint32_t empty) {
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) mbar_arrive(empty);
-}
+#ifndef WG_NO_WGMMA
 
 /* Zeroes rows `from` .. ROWS - 1 of a swizzled [ROWS, D] tile that TMA
  * filled past a sequence's end (see above), by the 128 threads of
@@ -306,14 +129,14 @@ __device__ __forceinline__ void tile_zero_tail(uint32_t tile, int from, int ctid
     named_sync(FW_BAR_PING + 2 + wg, 128);
 }
 
-#endif /* !ATTN_NO_WGMMA */
+#endif /* !WG_NO_WGMMA */
 
 template <int D>
 __global__ void __launch_bounds__(FW_THREADS, 1)
     attn_fwd_ws(bf16 *__restrict__ out, float *__restrict__ lse, const __grid_constant__ CUtensorMap map_q,
                 const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                 const int32_t *__restrict__ cu, int n_seqs, int T, int Hq, int Hkv, float scale_log2) {
-#ifdef ATTN_NO_WGMMA
+#ifdef WG_NO_WGMMA
     __trap();
 #else
     constexpr int BM = FW_BM, BN = FW_BN, ST = FW_STAGES, NT = BN / 8, DT = D / 8;
@@ -474,7 +297,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
                      const __grid_constant__ CUtensorMap map_v, const float *__restrict__ lse,
                      const float *__restrict__ dvec, const int32_t *__restrict__ cu, int n_seqs, int T, int Hq,
                      int Hkv, float scale, float scale_log2) {
-#ifdef ATTN_NO_WGMMA
+#ifdef WG_NO_WGMMA
     __trap();
 #else
     constexpr int BM = BW_STEP, BN = BW_OWN, ST = BW_STAGES, NT = BM / 8;
@@ -613,7 +436,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
                    const __grid_constant__ CUtensorMap map_v, const float *__restrict__ lse,
                    const float *__restrict__ dvec, const int32_t *__restrict__ cu, int n_seqs, int T, int Hq, int Hkv,
                    float scale, float scale_log2) {
-#ifdef ATTN_NO_WGMMA
+#ifdef WG_NO_WGMMA
     __trap();
 #else
     constexpr int BM = BW_OWN, BN = BW_STEP, ST = BW_STAGES, NT = BN / 8;
@@ -730,38 +553,6 @@ static unsigned wg_grid(int T, int n_seqs, int tile, int heads) {
     return (unsigned)blocks;
 }
 
-template <typename K>
-static void wg_smem(K kern, size_t bytes) {
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-}
-
-/* cuTensorMapEncodeTiled, from the driver through the runtime (the build
- * links no libcuda). */
-static PFN_cuTensorMapEncodeTiled_v12000 tmap_encode(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn;
-    if (!fn) {
-        cudaDriverEntryPointQueryResult found;
-        void *p = NULL;
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !p) DK_ABORT("attention: the CUDA driver has no cuTensorMapEncodeTiled");
-        fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-    }
-    return fn;
-}
-
-/* TMA map of a packed [rows, cols] bf16 tensor read in [box_rows, 64] boxes
- * with the 128-byte swizzle; rows past the end read as zeros. */
-static CUtensorMap tmap_rows(const bf16 *base, int cols, int rows, int box_rows) {
-    CUtensorMap m;
-    const cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    const cuuint64_t stride[1] = {(cuuint64_t)cols * sizeof(bf16)};
-    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, elem[2] = {1, 1};
-    CUresult r = tmap_encode()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box, elem,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) DK_ABORT("attention: cuTensorMapEncodeTiled failed (%d) for [%d, %d]", (int)r, rows, cols);
-    return m;
-}
 
 template <int D>
 static void fwd_ws(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,

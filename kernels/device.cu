@@ -25,6 +25,16 @@ extern "C" int device_describe(int ordinal, char *buf, size_t n) {
     return 0;
 }
 
+extern "C" int device_compute_capability(int ordinal) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return major * 10 + minor;
+}
+
 /* cudaMemGetInfo on `ordinal`, leaving the current device as it was. */
 static int mem_info(int ordinal, size_t *free_b, size_t *total) {
     int prev = 0;

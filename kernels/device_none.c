@@ -17,6 +17,11 @@ size_t device_free_bytes(int ordinal) {
     return 0;
 }
 
+int device_compute_capability(int ordinal) {
+    (void)ordinal;
+    return 0;
+}
+
 size_t device_total_bytes(int ordinal) {
     (void)ordinal;
     return 0;

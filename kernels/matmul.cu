@@ -189,8 +189,11 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
      * wider, shorter products (q|k|v, gate|up, the lm head). */
     const int sk_cols = N <= 2048;
     const int sk_use = ctx->tuning.skinny_use;
-    if (sk_use < -1 || sk_use > 1) DK_ABORT("ops_tuning.skinny_use = %d: expected -1, 0 or 1", sk_use);
-    if (sk_use >= 0 && ((long_k && sk_cols) || sk_use == 1) &&
+    if (sk_use < -1 || sk_use > 2) DK_ABORT("ops_tuning.skinny_use = %d: expected -1, 0, 1 or 2", sk_use);
+    /* 2: the same products on wgmma with TMA loads (matmul_skinny_wgmma.cu),
+     * every one it can take; on devices other than sm_90, as 1. */
+    if (sk_use == 2 && cuda_matmul_skinny_wgmma(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta)) return;
+    if (sk_use >= 0 && ((long_k && sk_cols) || sk_use >= 1) &&
         cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
         return;
     if (long_k && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {

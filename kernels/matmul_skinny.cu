@@ -28,6 +28,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/mma_common.cuh"
+#include "kernels/skinny_common.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -53,31 +54,9 @@ struct sk_dims {
     static_assert((size_t)MT * 16 * ld * sizeof(float) <= sk_smem_bytes(MT, BN), "the partial tile reuses the ring");
 };
 
-struct sk_args {
-    void *c;
-    const bf16 *a, *w;
-    int M, N, K, kchunk, nsplit, c_f32;
-    float alpha, beta;
-};
-
 /* Element offset of 16-byte chunk c (0..7) of row r in a [rows, 64] tile:
  * XOR-swizzled so the 8 rows an ldmatrix reads hit 8 different bank groups. */
 __device__ __forceinline__ int sk_swz(int r, int c) { return r * SK_KT + ((c ^ (r & 7)) << 3); }
-
-__device__ __forceinline__ void sk_store(const sk_args &p, int r, int col, float v) {
-    if (col >= p.N) return;
-    const size_t idx = (size_t)r * p.N + col;
-    float out = p.alpha * v;
-    if (p.c_f32) {
-        float *c = (float *)p.c;
-        if (p.beta != 0.0f) out += p.beta * c[idx];
-        c[idx] = out;
-    } else {
-        bf16 *c = (bf16 *)p.c;
-        if (p.beta != 0.0f) out += p.beta * __bfloat162float(c[idx]);
-        c[idx] = __float2bfloat16_rn(out);
-    }
-}
 
 template <int MT, int BN>
 __global__ void __launch_bounds__(SK_THREADS) matmul_skinny(sk_args p) {
@@ -181,17 +160,7 @@ __global__ void __launch_bounds__(SK_THREADS) matmul_skinny(sk_args p) {
      * the cluster's partial tiles, in rank order. */
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
-    const int q4 = BN / 4, mine = (rows - split + p.nsplit - 1) / p.nsplit;
-    for (int e = tid; e < mine * q4; e += SK_THREADS) {
-        const int r = split + (e / q4) * p.nsplit, c = (e % q4) * 4;
-        float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int x = 0; x < p.nsplit; x++) {
-            const float4 v = *cluster.map_shared_rank((float4 *)&part[r * S::ld + c], x);
-            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-        }
-        sk_store(p, r, n0 + c, s.x), sk_store(p, r, n0 + c + 1, s.y);
-        sk_store(p, r, n0 + c + 2, s.z), sk_store(p, r, n0 + c + 3, s.w);
-    }
+    sk_cluster_sum(p, cluster, part, S::ld, BN, rows, n0, split, tid, SK_THREADS);
     cluster.sync(); /* no block leaves while another still reads its tile */
 }
 
@@ -225,21 +194,10 @@ extern "C" int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *
                                   int trans_a, int trans_b, float alpha, float beta) {
     if (M < SK_MIN_M || M > SK_MAX_M || N < 1 || K < SK_KT || K % SK_KT || trans_a || !trans_b) return 0;
     if (!is_aligned16(a) || !is_aligned16(b)) return 0;
-    sk_args p;
-    p.c = c, p.a = (const bf16 *)a, p.w = (const bf16 *)b;
-    p.M = M, p.N = N, p.K = K, p.c_f32 = c_f32, p.alpha = alpha, p.beta = beta;
+    sk_args p = sk_args_make(c, c_f32, a, b, M, N, K, alpha, beta);
     int bn, nsplit;
     sk_plan(ctx, N, K, &bn, &nsplit);
-    /* A benchmark's pinned plan (ops.h, ops_tuning). */
-    const int forced = ctx->tuning.skinny_splits, forced_bn = ctx->tuning.skinny_bn;
-    if (forced < 0 || forced > SK_MAX_SPLIT)
-        DK_ABORT("ops_tuning.skinny_splits = %d: expected 0 (chosen) or a count 1..%d", forced, SK_MAX_SPLIT);
-    if (forced_bn != 0 && forced_bn != 64 && forced_bn != 128)
-        DK_ABORT("ops_tuning.skinny_bn = %d: expected 0 (chosen), 64 or 128", forced_bn);
-    if (forced) nsplit = forced < K / SK_KT ? forced : K / SK_KT;
-    if (forced_bn) bn = forced_bn;
-    p.kchunk = split_chunk(K, SK_KT, &nsplit);
-    p.nsplit = nsplit;
+    sk_plan_finish(ctx, &p, SK_KT, SK_MAX_SPLIT, 0, &bn, &nsplit);
     const int mt = (M + 15) / 16;
     const size_t smem = sk_smem_bytes(mt, bn);
     const sk_kernel k = sk_kernel_for(mt, bn);

@@ -47,18 +47,18 @@ typedef struct ops_tuning {
      * share of the most it can: 0 all of it, -1 a block for every group of
      * columns however many waves that makes, n >= 1 1/n of it. */
     int gemv_residency;
-    /* Split-K count of the 9..64-row products (matmul_skinny.cu, a
-     * thread-block cluster per column tile): 0 chosen per call, 1..8
-     * pinned (at most K / 64). */
+    /* Split-K count of the 9..64-row products (matmul_skinny.cu and
+     * matmul_skinny_wgmma.cu, a thread-block cluster per column tile): 0
+     * chosen per call, 1..8 pinned (at most K / 64). */
     int skinny_splits;
     /* Output columns per block of those products: 0 chosen per call, 64
-     * or 128 pinned. */
+     * or 128 pinned, and 96 on the wgmma kernel (skinny_use 2). */
     int skinny_bn;
     /* Which 9..64-row products (M rows times W^T) the skinny kernel takes:
      * 0 those with a long K and at most 2048 columns (the dispatcher's
-     * choice, matmul.cu), 1 every
-     * one it can (K % 64 == 0), -1 none (cuBLASLt, with its fp32 detour
-     * for a long K). */
+     * choice, matmul.cu), 1 every one it can (K % 64 == 0), 2 every one it
+     * can on the wgmma kernel (matmul_skinny_wgmma.cu; sm_90 only, as 1
+     * elsewhere), -1 none (cuBLASLt, with its fp32 detour for a long K). */
     int skinny_use;
     /* ops_paged_attention's kernel (ops_paged_kernel): OPS_PAGED_AUTO
      * chosen per call. A pinned kernel that cannot serve a call gives way:

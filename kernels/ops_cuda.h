@@ -45,12 +45,15 @@ void cuda_ctx_free(ops_ctx *ctx);
 
 /* Kernels of ops_matmul beside cuBLASLt, for products x W^T: 1 when they
  * computed it, 0 to leave it to cuBLASLt. matmul_gemv.cu takes M <= 8 rows,
- * matmul_skinny.cu 9 to 64 rows (K % 64 == 0). Their grids and split counts
+ * matmul_skinny.cu 9 to 64 rows (K % 64 == 0), matmul_skinny_wgmma.cu up
+ * to 64 rows (K % 64 == 0, sm_90 only). Their grids and split counts
  * can be pinned through ctx->tuning (ops.h). */
 int cuda_matmul_gemv(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                      int trans_a, int trans_b, float alpha, float beta);
 int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                        int trans_a, int trans_b, float alpha, float beta);
+int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
+                             int trans_a, int trans_b, float alpha, float beta);
 
 #ifdef __cplusplus
 }

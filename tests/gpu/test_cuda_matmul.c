@@ -7,9 +7,9 @@
  *   C, K = 0 (C = beta * C), and bf16 outputs with a long K (K = 5000,
  *   5632: the products staged in fp32 so they are rounded once), and the
  *   few-row products x W^T of decode steps (M <= 8, matmul_gemv.cu; 9 to
- *   64 rows, matmul_skinny.cu, under each pinned plan: 64 or 128 columns
- *   a block, K unsplit or split over a cluster, whose sum repeats bit for
- *   bit);
+ *   64 rows, matmul_skinny.cu and on sm_90 matmul_skinny_wgmma.cu, under
+ *   each pinned plan: 64, 96 (wgmma) or 128 columns a block, K unsplit or
+ *   split over a cluster, whose sum repeats bit for bit);
  * - ops_bias_forward and ops_bias_backward (accumulating into dbias), with
  *   C a multiple of 8 (vector path) and not, over many rows; the backward
  *   twice on the same inputs gives the same bits.
@@ -23,8 +23,8 @@
  * bias backward sums bf16 values in fp32 in another order than the CPU's
  * double sums: 1e-5 relative to the largest column sum of |dy|.
  * A pinned choice out of range (ops_tuning.gemv_residency below -1, a
- * negative skinny_splits, skinny_bn 96, skinny_use 2) aborts the product, naming the
- * field. */
+ * negative skinny_splits, skinny_bn 96 on the mma.sync kernel or 80 on the
+ * wgmma one, skinny_use 3) aborts the product, naming the field. */
 #include "tests/expect_abort.h"
 #include "tests/gpu/test_cuda_common.h"
 
@@ -151,6 +151,22 @@ static void check_matmul(ctx_pair *p) {
     }
     p->gpu.tuning.skinny_bn = 0, p->gpu.tuning.skinny_splits = 0;
     check_skinny_repeat(p);
+    /* The same on the wgmma kernel (matmul_skinny_wgmma.cu; on other GPUs
+     * than sm_90 these run the mma.sync one, which has no 96): 64, 96 and
+     * 128 columns a block, unsplit and split over clusters of 3 and 8, its
+     * chosen plan; rows past M, columns past the tile, K of 2 to 96 stages
+     * (more than the ring holds), shapes of the 1.7B decode step. */
+    p->gpu.tuning.skinny_use = 2;
+    const int wg_plans[][2] = {{0, 0}, {64, 1}, {96, 1}, {128, 1}, {96, 3}, {128, 8}, {64, 8}};
+    const int wg_every[][3] = {{64, 4096, 2048}, {9, 300, 1024}, {40, 136, 512}, {17, 2048, 6144},
+                               {64, 1000, 128},  {64, 12288, 2048}, {33, 2048, 2048}};
+    for (size_t i = 0; i < sizeof wg_plans / sizeof wg_plans[0]; i++) {
+        if (wg_plans[i][0] == 96 && device_compute_capability(p->gpu.gpu) != 90) continue;
+        p->gpu.tuning.skinny_bn = wg_plans[i][0], p->gpu.tuning.skinny_splits = wg_plans[i][1];
+        run_rows_wt(p, wg_every, sizeof wg_every / sizeof wg_every[0], &worst, &cases);
+    }
+    p->gpu.tuning.skinny_bn = 0, p->gpu.tuning.skinny_splits = 0;
+    check_skinny_repeat(p);
     p->gpu.tuning.skinny_use = 0;
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 4, 100, 64, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
     for (int cf = 0; cf < 2; cf++) worst = fmax(worst, run_case(p, 40, 60, 512, 0, 1, cf, 1.0f, 0.0f, 0, 1)), cases++;
@@ -239,13 +255,20 @@ static void bad_skinny_splits(void *arg) {
 
 static void bad_skinny_use(void *arg) {
     tuning_case *t = arg;
-    t->g->tuning.skinny_use = 2;
+    t->g->tuning.skinny_use = 3;
     ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
 }
 
 static void bad_skinny_bn(void *arg) {
     tuning_case *t = arg;
     t->g->tuning.skinny_bn = 96;
+    ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
+}
+
+static void bad_skinny_wgmma_bn(void *arg) {
+    tuning_case *t = arg;
+    t->g->tuning.skinny_use = 2;
+    t->g->tuning.skinny_bn = 80;
     ops_matmul(t->g, t->c, 0, t->a, t->b, t->M, t->N, t->K, 0, 1, 1.0f, 0.0f);
 }
 
@@ -261,8 +284,10 @@ static void check_tuning_errors(ctx_pair *p) {
           "a skinny product with skinny_splits = -1 must abort naming the field");
     CHECK(expect_abort("skinny_bn 96", bad_skinny_bn, &t, "ops_tuning.skinny_bn"),
           "a skinny product with skinny_bn = 96 must abort naming the field");
-    CHECK(expect_abort("skinny_use 2", bad_skinny_use, &t, "ops_tuning.skinny_use"),
-          "a product with skinny_use = 2 must abort naming the field");
+    CHECK(expect_abort("skinny_use 3", bad_skinny_use, &t, "ops_tuning.skinny_use"),
+          "a product with skinny_use = 3 must abort naming the field");
+    CHECK(expect_abort("skinny_bn 80 on wgmma", bad_skinny_wgmma_bn, &t, "ops_tuning.skinny_bn"),
+          "a wgmma skinny product with skinny_bn = 80 must abort naming the field");
     ops_free(g, t.c), ops_free(g, t.a), ops_free(g, t.b);
 }
 

@@ -41,8 +41,12 @@
  * The recipe's shapes (the RL batch with prefix sharing, 32k context, 8B and
  * 14B) are tools/bench/bench_generate_recipe.c.
  *
+ * --skinny-use N runs everything with ops_tuning.skinny_use = N (ops.h):
+ * 2 puts the 9..64-row products on the wgmma kernel, to weigh it against
+ * the default on the whole generate.
+ *
  * Usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl]
- *        [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]
+ *        [--skinny-use -1|0|1|2] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]
  * (--chain: section 5 alone; --ops: one decode step of that model shape at
  * that batch and context, alone: its time, the per-op table of section 3
  * and the left-out chain of section 5, for the recipe's shapes; with
@@ -301,9 +305,11 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
             TIME(name, 0, 2.0 * C * I, ops_matmul(ctx, x, 0, h, WL(P_W_DOWN), B, C, I, 0, 1, 1.0f, 1.0f));
         }
         ctx->tuning.skinny_splits = 0;
-        for (int use = -1; use <= 1; use += 2) {
+        const int keep = ctx->tuning.skinny_use;
+        for (int use = -1; use <= 2; use++) {
+            if (use == 0) continue;
             ctx->tuning.skinny_use = use;
-            const char *k = use > 0 ? "skinny" : "cuBLASLt";
+            const char *k = use == 2 ? "wgmma" : use == 1 ? "skinny" : "cuBLASLt";
             char name[4][48];
             snprintf(name[0], 48, "(q|k|v, %s)", k), snprintf(name[1], 48, "(o, %s)", k);
             snprintf(name[2], 48, "(gate|up, %s)", k), snprintf(name[3], 48, "(down, %s)", k);
@@ -314,7 +320,9 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
         }
         ctx->tuning.skinny_use = 1;
         TIME("(lm head, skinny)", 0, 2.0 * V * C, ops_matmul(ctx, logits, 1, ln, head, B, V, C, 0, 1, 1.0f, 0.0f));
-        ctx->tuning.skinny_use = 0;
+        ctx->tuning.skinny_use = 2;
+        TIME("(lm head, wgmma)", 0, 2.0 * V * C, ops_matmul(ctx, logits, 1, ln, head, B, V, C, 0, 1, 1.0f, 0.0f));
+        ctx->tuning.skinny_use = keep;
     }
     TIME("rmsnorm + lm head (fp32 out)", 1, 2.0 * V * C,
          ops_rmsnorm_matmul(ctx, logits, 1, ln, x, m->params.final_norm, head, B, V, C, 1e-6f, 1.0f, 0.0f));
@@ -548,6 +556,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, hf_static_tps = 0.0, bw = 0.0; /* 0: measured on this device */
     int quick = 0, graphs = 1, pdl = 1, chain_only = 0, table_only = 0, ops_batch = 0, ops_ctx_len = 0;
+    int skinny_use = 0;
     const char *ops_model = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
@@ -562,6 +571,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-graphs")) graphs = 0;
         else if (!strcmp(argv[i], "--no-pdl")) pdl = 0;
+        else if (!strcmp(argv[i], "--skinny-use") && i + 1 < argc) {
+            char *end = NULL;
+            skinny_use = (int)strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || skinny_use < -1 || skinny_use > 2) {
+                fprintf(stderr, "bench_generate: --skinny-use %s: expected -1, 0, 1 or 2\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--chain")) chain_only = 1;
         else if (!strcmp(argv[i], "--table-only")) table_only = 1;
         else if (!strcmp(argv[i], "--ops") && i + 3 < argc) {
@@ -580,7 +597,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] "
-                    "[--no-pdl] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT [--table-only]]\n");
+                    "[--no-pdl] [--skinny-use -1|0|1|2] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT [--table-only]]\n");
             return 2;
         }
     }
@@ -599,6 +616,8 @@ int main(int argc, char **argv) {
     ops_ctx ctx;
     must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, (size_t)256 << 20), "ctx");
     ctx.tuning.no_pdl = !pdl;
+    ctx.tuning.skinny_use = skinny_use;
+    if (skinny_use) printf("ops_tuning.skinny_use = %d throughout (--skinny-use)\n", skinny_use);
     bw = bench_roofline_bandwidth(&ctx, bw);
     if (ops_model) {
         bench_model bm;
@@ -606,13 +625,15 @@ int main(int argc, char **argv) {
         const double roof = (bm.weight_bytes + bm.kv_token_bytes * ops_batch * ops_ctx_len) / bw * 1e3;
         printf("model: Qwen3-%s shape, %.2f GB of bf16 weights\n", ops_model, bm.weight_bytes / 1e9);
         /* The step as the engine runs it, then (past the few-row products)
-         * with the 9..64-row products all on the skinny kernel and all on
-         * cuBLASLt (ops_tuning.skinny_use). The op table gets the first. */
-        static const int uses[3] = {0, 1, -1};
-        static const char *const use_names[3] = {"", ", every product on the skinny kernel",
+         * with the 9..64-row products all on the skinny kernel, all on its
+         * wgmma form and all on cuBLASLt (ops_tuning.skinny_use). The op
+         * table gets the first. */
+        const int uses[4] = {skinny_use, 1, 2, -1};
+        static const char *const use_names[4] = {"", ", every product on the skinny kernel",
+                                                 ", every product on the wgmma skinny kernel",
                                                  ", no product on the skinny kernel"};
         double serial = 0.0;
-        for (int u = 0; u < (table_only ? 0 : ops_batch > 8 ? 3 : 1); u++) {
+        for (int u = 0; u < (table_only ? 0 : ops_batch > 8 ? 4 : 1); u++) {
             double enq, ser, pip;
             ctx.tuning.skinny_use = uses[u];
             launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &ser, &pip);
@@ -621,7 +642,7 @@ int main(int argc, char **argv) {
                    "roofline %.3f ms (weights + K/V at %.2f TB/s): %.1f%% of it\n",
                    ops_batch, ops_ctx_len, use_names[u], ser, pip, roof, bw / 1e12, 100.0 * roof / pip);
         }
-        ctx.tuning.skinny_use = 0;
+        ctx.tuning.skinny_use = skinny_use;
         printf("\n[per-op times, batch %d, context %d]\n", ops_batch, ops_ctx_len);
         op_table(&bm.m, ops_batch, ops_ctx_len, serial);
         if (!table_only) {

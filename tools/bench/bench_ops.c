@@ -356,7 +356,8 @@ static void bench_matmul(const char *what, int M, int N, int K, int ta, int tb, 
  * limit is the copy rate over W's bytes (A and C are small). Then the same
  * product on cuBLASLt, on the skinny kernel (matmul_skinny.cu) with its
  * chosen plan and with each pinned plan (64 or 128 columns a block, 1 to
- * 8 splits of K), printed as one line.
+ * 8 splits of K), and on its wgmma form (matmul_skinny_wgmma.cu: chosen,
+ * then 64, 96 or 128 columns by 1 to 8 splits), printed as one line.
  * Timed 10 calls back to back; torch_ops.py likewise. */
 typedef struct {
     void **w;
@@ -399,6 +400,21 @@ static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32
     for (int bn = 64; bn <= 128; bn *= 2) {
         printf(" %d columns, splits:", bn);
         ctx.tuning.skinny_bn = bn;
+        for (int i = 0; i < 4; i++) {
+            if (splits[i] > K / 64) continue;
+            ctx.tuning.skinny_splits = splits[i];
+            printf(" s%d %.0f", splits[i], mmd_gbps(&a, bytes, reps));
+        }
+        printf(" |");
+    }
+    /* The wgmma kernel (matmul_skinny_wgmma.cu): its chosen plan, then
+     * each width with its splits. */
+    ctx.tuning.skinny_use = 2, ctx.tuning.skinny_splits = 0, ctx.tuning.skinny_bn = 0;
+    printf(" wgmma chosen %.0f |", mmd_gbps(&a, bytes, reps));
+    static const int wg_bn[] = {64, 96, 128};
+    for (int b = 0; b < 3; b++) {
+        printf(" wgmma %d columns, splits:", wg_bn[b]);
+        ctx.tuning.skinny_bn = wg_bn[b];
         for (int i = 0; i < 4; i++) {
             if (splits[i] > K / 64) continue;
             ctx.tuning.skinny_splits = splits[i];
