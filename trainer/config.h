@@ -6,7 +6,7 @@
  *
  * Field names equal key names: `[train] lr` is cfg.train.lr. An enum key is
  * stored as the enum of the layer that uses it (rl.advantage is rl/'s
- * adv_estimator, train.recompute is model/'s model_recompute), and its values
+ * adv_estimator, train.recompute is model/'s model_recompute plus auto), and its values
  * are that layer's name table, so no value is spelled or numbered twice
  * (kernelgym.device is env/'s kg_device). The
  * enums below are the trainer's own. */
@@ -31,6 +31,13 @@
 typedef enum { DK_MODE_SFT = 0, DK_MODE_RL = 1, DK_MODE_EVAL = 2 } dk_run_mode;
 typedef enum { DK_ENV_KERNELGYM = 0, DK_ENV_TOY = 1 } dk_env_kind;
 typedef enum { DK_COMM_AUTO = 0, DK_COMM_NCCL = 1, DK_COMM_MPI = 2 } dk_comm_backend;
+
+/* train.recompute = auto: the memory plan picks the fastest of model/'s
+ * modes that fits (trainer/mem_plan.h); it is stored past model_recompute's
+ * values and resolved before the model is created. Its names table is
+ * model_recompute_names plus "auto" (test_config checks that they agree). */
+#define DK_RECOMPUTE_AUTO ((model_recompute)MODEL_N_RECOMPUTE)
+extern const char *const config_recompute_names[MODEL_N_RECOMPUTE + 1];
 
 /* Value names of the trainer's enum keys, indexed by the enum. */
 extern const char *const config_run_mode_names[DK_MODE_EVAL + 1];

@@ -44,6 +44,9 @@ const char *const config_env_kind_names[DK_ENV_TOY + 1] = {[DK_ENV_KERNELGYM] = 
 const char *const config_comm_backend_names[DK_COMM_MPI + 1] = {
     [DK_COMM_AUTO] = "auto", [DK_COMM_NCCL] = "nccl", [DK_COMM_MPI] = "mpi"};
 const char *const config_device_names[DK_DEVICE_CUDA + 1] = {[DK_DEVICE_CPU] = "cpu", [DK_DEVICE_CUDA] = "cuda"};
+const char *const config_recompute_names[MODEL_N_RECOMPUTE + 1] = {
+    [MODEL_RECOMPUTE_NONE] = "none", [MODEL_RECOMPUTE_LAYER] = "layer",
+    [MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION] = "layer_keep_attention", [MODEL_N_RECOMPUTE] = "auto"};
 
 const config_section config_sections[] = {
     {"run", "what to run and where its outputs go"},
@@ -118,10 +121,13 @@ const config_key config_keys[] = {
     K_FLOAT(train, eps, "1e-08", CR_POS, "AdamW epsilon"),
     K_FLOAT_FROM(train, grad_clip, "1", CR_NONNEG, CS_SCRIPT, NULL,
                  "clip the global gradient norm to this (0: no clipping)"),
-    K_ENUM(train, recompute, model_recompute, model_recompute_names, "none",
-           "layer: keep only each layer's input and recompute the rest in backward (long sequences); "
-           "layer_keep_attention: also keep each layer's attention output, so the backward does not run the "
-           "attention again (faster, one [tokens, heads x head_dim] buffer more per layer)"),
+    K_ENUM(train, recompute, model_recompute, config_recompute_names, "auto",
+           "none: keep every layer's activations (fastest); layer: keep only each layer's input and recompute the "
+           "rest in backward (least memory); layer_keep_attention: also keep each layer's attention output and "
+           "logsumexp, so the backward does not run the attention again (one [tokens, heads x head_dim] buffer "
+           "more per layer); auto: the first of none, layer_keep_attention, layer whose memory plan fits the "
+           "GPU (the host on the CPU backend) without shrinking the rollout KV cache below what layer leaves "
+           "(train --plan shows the pick)"),
 
     K_INT_FROM(rl, n_samples, "16", CR_POS, CS_SCRIPT, NULL, "rollouts per task (the group of the advantage baseline)"),
     K_INT_FROM(rl, max_turns, "3", CR_POS, CS_WRITEUP, NULL,

@@ -7,6 +7,7 @@
 #include "trainer/mem_plan.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dist/shard.h"
@@ -125,8 +126,44 @@ dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *m
     return mem_plan_make_ex(p, cfg, mc, world, world > 1, device, gpu_bytes, train_tokens);
 }
 
+/* recompute = auto: the plans of the faster modes, kept where one fits
+ * without costing the KV cache (mem_plan.h). */
+static dk_status plan_auto(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
+                           dk_device device, size_t gpu_bytes, int train_tokens) {
+    dk_config c = *cfg; /* read-only: its strings stay cfg's */
+    mem_plan floor;
+    c.train.recompute = MODEL_RECOMPUTE_LAYER;
+    DK_TRY(mem_plan_make_ex(&floor, &c, mc, world, sharded, device, gpu_bytes, train_tokens));
+    const long want_kv = floor.kv_tokens < floor.kv_need_all ? floor.kv_tokens : floor.kv_need_all;
+    static const model_recompute faster[2] = {MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION};
+    char why[sizeof p->recompute_why] = "";
+    for (int i = 0; i < 2; i++) {
+        c.train.recompute = faster[i];
+        DK_TRY(mem_plan_make_ex(p, &c, mc, world, sharded, device, gpu_bytes, train_tokens));
+        const int kv_ok = !p->has_phase[MEM_ROLLOUT] || p->kv_tokens >= want_kv;
+        if (p->fits && kv_ok) {
+            p->recompute_auto = 1;
+            snprintf(p->recompute_why, sizeof p->recompute_why, "%s", why[0] ? why : "the fastest mode fits");
+            return DK_OK;
+        }
+        const size_t n = strlen(why);
+        if (!p->fits)
+            snprintf(why + n, sizeof why - n, "%s%s does not fit (peak %.2f GB)", n ? "; " : "",
+                     model_recompute_names[faster[i]], (double)p->peak / 1e9);
+        else
+            snprintf(why + n, sizeof why - n, "%s%s leaves a KV cache of %ld tokens (layer: %ld)", n ? "; " : "",
+                     model_recompute_names[faster[i]], p->kv_tokens, floor.kv_tokens);
+    }
+    *p = floor;
+    p->recompute_auto = 1;
+    snprintf(p->recompute_why, sizeof p->recompute_why, "%s", why);
+    return DK_OK;
+}
+
 dk_status mem_plan_make_ex(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
                            dk_device device, size_t gpu_bytes, int train_tokens) {
+    if (cfg->train.recompute == DK_RECOMPUTE_AUTO)
+        return plan_auto(p, cfg, mc, world, sharded, device, gpu_bytes, train_tokens);
     memset(p, 0, sizeof *p);
     if (world < 1) return dk_fail(DK_ERR_USAGE, "memory plan: world size %d, must be at least 1", world);
     DK_TRY(model_config_validate(mc));

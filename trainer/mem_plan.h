@@ -74,7 +74,9 @@ typedef struct {
     dk_run_mode mode;
     int has_phase[MEM_PHASES]; /* sft: train; rl: both; eval: rollout */
     int train_tokens;        /* tokens of the rank's micro-batch, what model_create is planned for */
-    model_recompute recompute;
+    model_recompute recompute; /* the mode planned: the config's, or the pick of recompute = auto */
+    int recompute_auto;      /* picked by auto; recompute_why says why the faster modes were passed over */
+    char recompute_why[192];
     int rollout_seqs;        /* conversations per rank generated together (rl, eval) */
     int step_tokens;         /* tokens of one generation step */
     int max_length;
@@ -112,7 +114,12 @@ size_t mem_plan_gen_acts(const model_config *mc, int max_tokens, int max_rows, s
 dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, dk_device device,
                         size_t gpu_bytes, int train_tokens);
 /* As mem_plan_make; sharded = 1 plans ZeRO-3 at world 1 too (a run with
- * DK_ZERO=1). mem_plan_make is this with sharded = world > 1. */
+ * DK_ZERO=1). mem_plan_make is this with sharded = world > 1.
+ * train.recompute = auto (config.h) is planned as the first of none,
+ * layer_keep_attention and layer whose plan fits and whose rollout KV cache
+ * holds as many tokens as layer's would (or every conversation of the rank
+ * at full length, if fewer): the fastest backward that costs the rollouts
+ * nothing; layer where neither does. */
 dk_status mem_plan_make_ex(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
                            dk_device device, size_t gpu_bytes, int train_tokens);
 
@@ -137,5 +144,12 @@ dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world
  * GPU answers (context creation reports that). */
 dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
                                 int max_tokens);
+/* The recompute mode a run of cfg creates its model with: train.recompute,
+ * or for auto the pick of the memory plan (mem_plan_make_ex) of world
+ * ranks, sharded or not, for max_tokens tokens, on CUDA device `gpu`'s
+ * total memory (layer where no GPU answers) or on the CPU backend the
+ * host's. Prints the pick and why to out (NULL: silent). */
+dk_status mem_plan_recompute(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
+                             int max_tokens, FILE *out, model_recompute *rc);
 
 #endif

@@ -4,18 +4,14 @@
 #include "trainer/mem_plan.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "kernels/device.h"
 
 static double gb(size_t b) { return (double)b / 1e9; }
 
 static const char *recompute_name(model_recompute r) {
-    switch (r) {
-    case MODEL_RECOMPUTE_NONE: return "none";
-    case MODEL_RECOMPUTE_LAYER: return "layer";
-    case MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION: return "layer_keep_attention";
-    }
-    return "?";
+    return (int)r >= 0 && (int)r < (int)MODEL_N_RECOMPUTE ? model_recompute_names[r] : "auto";
 }
 
 static const char *mode_name(dk_run_mode m) {
@@ -44,9 +40,12 @@ void mem_plan_print(const mem_plan *p, FILE *f) {
             p->world, gb(p->gpu_bytes), gb(p->margin_bytes));
     fprintf(f, "  model: %s parameters, largest unit %s elements (padded for the world); weights and activations %s\n",
             np, nu, p->act_size == 2 ? "bf16" : "fp32");
-    if (p->has_phase[MEM_TRAIN])
+    if (p->has_phase[MEM_TRAIN]) {
         fprintf(f, "  train: micro-batch of %d tokens per rank, recompute %s\n", p->train_tokens,
                 recompute_name(p->recompute));
+        if (p->recompute_auto)
+            fprintf(f, "  recompute = auto picked %s: %s\n", recompute_name(p->recompute), p->recompute_why);
+    }
     if (p->has_phase[MEM_ROLLOUT])
         fprintf(f, "  rollout: %d conversations per rank of up to %d tokens, generation steps of %d tokens\n",
                 p->rollout_seqs, p->max_length, p->step_tokens);
@@ -149,4 +148,25 @@ dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, in
     char name[32];
     snprintf(name, sizeof name, "gpu %d", gpu);
     return check_plan(cfg, mc, world, sharded, max_tokens, total, name);
+}
+
+dk_status mem_plan_recompute(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
+                             int max_tokens, FILE *out, model_recompute *rc) {
+    *rc = cfg->train.recompute;
+    if (*rc != DK_RECOMPUTE_AUTO) return DK_OK;
+    const dk_device device = cfg->run.device;
+    size_t bytes = 0;
+    if (device == DK_DEVICE_CUDA) bytes = device_total_bytes(gpu);
+    else bytes = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    if (!bytes) {
+        *rc = MODEL_RECOMPUTE_LAYER; /* no device answers: the least memory; context creation reports why */
+        return DK_OK;
+    }
+    mem_plan p;
+    DK_TRY(mem_plan_make_ex(&p, cfg, mc, world, sharded, device, bytes, max_tokens));
+    *rc = p.recompute;
+    if (out)
+        fprintf(out, "recompute = auto: %s on %.2f GB (%s)\n", recompute_name(p.recompute), gb(bytes),
+                p.recompute_why);
+    return DK_OK;
 }

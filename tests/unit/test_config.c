@@ -342,6 +342,10 @@ static void test_enum_names(void) {
               "run.device value %d: '%s' vs ops_device_name '%s'", d, config_device_names[d],
               ops_device_name((dk_device)d));
     }
+    for (int r = 0; r < MODEL_N_RECOMPUTE; r++)
+        CHECK(!strcmp(config_recompute_names[r], model_recompute_names[r]), "train.recompute value %d: '%s' vs '%s'",
+              r, config_recompute_names[r], model_recompute_names[r]);
+    CHECK(!strcmp(config_recompute_names[MODEL_N_RECOMPUTE], "auto"), "train.recompute's last value is auto");
     /* the config reads rl/'s, model/'s and env/'s names: an override lands on their enums */
     const char *const ov[] = {"rl.advantage=rloo", "rl.loss_agg=token-mean", "rl.prs=soft",
                               "train.recompute=layer_keep_attention", "model.arch=llama", "kernelgym.device=cpu"};

@@ -141,7 +141,7 @@ static void test_shards(void) {
               p.bytes[MEM_GATHER_GRADS][MEM_TRAIN], 2 * 446, 4 * 446);
     }
     /* SFT has no rollout phase; eval no optimizer state and no train phase. */
-    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=16", "train.batch_size=4"};
+    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=16", "train.batch_size=4", "train.recompute=none"};
     const char *eval[] = {SMALL_SHAPE, "run.mode=eval", "data.max_length=16", "train.batch_size=4"};
     dk_config cfg;
     model_config mc;
@@ -246,7 +246,8 @@ static void test_gen_forward(void) {
 }
 
 static void test_rank_batch_and_fit(void) {
-    const char *ov[] = {SMALL_SHAPE, "run.mode=rl", "data.max_length=16", "train.batch_size=8", "rl.n_samples=2"};
+    const char *ov[] = {SMALL_SHAPE, "run.mode=rl", "data.max_length=16", "train.batch_size=8", "rl.n_samples=2",
+                        "train.recompute=none"};
     dk_config cfg;
     model_config mc;
     load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
@@ -273,7 +274,7 @@ static void test_rank_batch_and_fit(void) {
     CHECK(p.train_tokens == 40, "micro_batch_tokens 40: planned %d", p.train_tokens);
 
     /* FITS exactly at total + margin; one byte less does not. SFT: one phase. */
-    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=16", "train.batch_size=4"};
+    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=16", "train.batch_size=4", "train.recompute=none"};
     load(&cfg, sft, sizeof sft / sizeof sft[0]);
     must(mem_plan_make(&p, &cfg, &mc, 2, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
     const size_t need = p.total[MEM_TRAIN] + p.margin_bytes;
@@ -300,7 +301,8 @@ static void test_rank_batch_and_fit(void) {
 /* The check a CUDA run makes at start: refuses, naming the GPU, below the
  * plan's need; passes at it. */
 static void test_check(void) {
-    const char *ov[] = {SMALL_SHAPE, "run.mode=sft", "run.device=cuda", "data.max_length=16", "train.batch_size=4"};
+    const char *ov[] = {SMALL_SHAPE, "run.mode=sft", "run.device=cuda", "data.max_length=16", "train.batch_size=4",
+                        "train.recompute=none"};
     dk_config cfg;
     model_config mc;
     load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
@@ -315,7 +317,93 @@ static void test_check(void) {
           dk_error());
 }
 
+/* recompute = auto against the plans of the fixed modes: on a GPU of each
+ * mode's exact need (total + margin) it picks that mode, the fastest that
+ * fits (none, then layer_keep_attention, then layer), and layer, not
+ * fitting, below layer's need; in RL without sharding (activations stay
+ * through the rollouts) it passes over a mode that fits but leaves the KV
+ * cache fewer tokens than layer would; a fixed mode is planned as set. */
+static void test_recompute_auto(void) {
+    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=64", "train.batch_size=4", "train.recompute=auto"};
+    dk_config cfg;
+    model_config mc;
+    load_model(&cfg, &mc, sft, sizeof sft / sizeof sft[0]);
+    CHECK(cfg.train.recompute == DK_RECOMPUTE_AUTO, "train.recompute=auto read as %d", (int)cfg.train.recompute);
+    const model_recompute modes[3] = {MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION,
+                                      MODEL_RECOMPUTE_LAYER};
+    size_t need[3];
+    mem_plan p;
+    for (int i = 0; i < 3; i++) {
+        dk_config c = cfg;
+        c.train.recompute = modes[i];
+        must(mem_plan_make(&p, &c, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
+        CHECK(!p.recompute_auto && p.recompute == modes[i], "a fixed mode %d planned as %d", (int)modes[i],
+              (int)p.recompute);
+        need[i] = p.peak + p.margin_bytes;
+    }
+    CHECK(need[0] > need[1] && need[1] > need[2], "needs none %zu > keep %zu > layer %zu", need[0], need[1], need[2]);
+    for (int i = 0; i < 3; i++) {
+        must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, need[i], 0), "mem_plan_make auto");
+        CHECK(p.recompute_auto && p.recompute == modes[i] && p.fits && p.peak + p.margin_bytes == need[i],
+              "auto at %zu bytes picked %d (fits %d), want %d", need[i], (int)p.recompute, p.fits, (int)modes[i]);
+        CHECK(i == 0 || strstr(p.recompute_why, "none does not fit"), "auto's reason: '%s'", p.recompute_why);
+        must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, need[i] - 1, 0), "mem_plan_make auto");
+        const model_recompute next = i < 2 ? modes[i + 1] : MODEL_RECOMPUTE_LAYER;
+        CHECK(p.recompute == next && p.fits == (i < 2), "auto one byte below %d's need picked %d (fits %d)",
+              (int)modes[i], (int)p.recompute, p.fits);
+    }
+
+    /* RL at world 1, not sharded: the activations stay through the rollout
+     * phase, so a faster mode's bigger activations shrink the KV cache. */
+    const char *rl[] = {SMALL_SHAPE, "run.mode=rl", "data.max_length=64", "train.batch_size=8", "rl.n_samples=2",
+                        "train.recompute=auto", "dist.margin_gb=0"};
+    load_model(&cfg, &mc, rl, sizeof rl / sizeof rl[0]);
+    mem_plan fixed[3];
+    for (int i = 0; i < 3; i++) {
+        dk_config c = cfg;
+        c.train.recompute = modes[i];
+        must(mem_plan_make(&fixed[i], &c, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
+    }
+    /* A GPU where none's rollout phase leaves its cache 4 pages (64
+     * tokens, one conversation) and its train phase fits. */
+    const size_t base_none = fixed[0].total[MEM_ROLLOUT] - fixed[0].bytes[MEM_KV_CACHE][MEM_ROLLOUT];
+    size_t gpu = base_none + 2 * 4 * 16 * 16;
+    if (fixed[0].total[MEM_TRAIN] > gpu) gpu = fixed[0].total[MEM_TRAIN];
+    for (int i = 0; i < 3; i++) {
+        dk_config c = cfg;
+        c.train.recompute = modes[i];
+        must(mem_plan_make(&fixed[i], &c, &mc, 1, DK_DEVICE_CUDA, gpu, 0), "mem_plan_make");
+    }
+    const long want = fixed[2].kv_tokens < fixed[2].kv_need_all ? fixed[2].kv_tokens : fixed[2].kv_need_all;
+    CHECK(fixed[0].fits && fixed[0].kv_tokens < want, "the case: none fits with %ld KV tokens, layer has %ld, all "
+          "conversations need %ld", fixed[0].kv_tokens, fixed[2].kv_tokens, fixed[2].kv_need_all);
+    int expect = 2;
+    for (int i = 1; i >= 0; i--)
+        if (fixed[i].fits && fixed[i].kv_tokens >= want) expect = i;
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, gpu, 0), "mem_plan_make auto");
+    printf("recompute auto, rl at world 1 on %zu bytes: KV tokens none %ld, layer_keep_attention %ld, layer %ld; "
+           "picked %s (%s)\n", gpu, fixed[0].kv_tokens, fixed[1].kv_tokens, fixed[2].kv_tokens,
+           model_recompute_names[p.recompute], p.recompute_why);
+    CHECK(p.recompute == modes[expect] && p.recompute != MODEL_RECOMPUTE_NONE &&
+              strstr(p.recompute_why, "none leaves a KV cache"),
+          "auto with none's cache short picked %d (%s), want %d", (int)p.recompute, p.recompute_why,
+          (int)modes[expect]);
+    /* With room for every conversation at full length in any mode, none. */
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make auto");
+    CHECK(p.recompute == MODEL_RECOMPUTE_NONE && p.kv_tokens >= p.kv_need_all, "auto with ample memory picked %d",
+          (int)p.recompute);
+    /* Sharded, the activations are gone by the rollouts: the cache is the
+     * same in every mode, so the smallest GPU that fits none picks it. */
+    dk_config c = cfg;
+    c.train.recompute = MODEL_RECOMPUTE_NONE;
+    must(mem_plan_make(&p, &c, &mc, 2, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
+    const size_t sneed = p.peak + p.margin_bytes;
+    must(mem_plan_make(&p, &cfg, &mc, 2, DK_DEVICE_CUDA, sneed, 0), "mem_plan_make auto");
+    CHECK(p.recompute == MODEL_RECOMPUTE_NONE || !p.fits, "sharded auto at none's need picked %d", (int)p.recompute);
+}
+
 int main(void) {
+    test_recompute_auto();
     test_shards();
     test_model_create();
     test_gen_forward();

@@ -4,7 +4,9 @@
 # the table), the shape read from a checkpoint's config.json (model.path) or
 # the world size from the launcher plan the same, and a config that cannot be
 # planned exits 2. The tables go to
-# the log. Their shard and gather rows are checked against the figures a
+# the log. At 8 GPUs recompute = auto picks layer_keep_attention, whose
+# activations exceed layer's by the attention output and logsumexp of all
+# layers but one (layer's shared set holds one). Their shard and gather rows are checked against the figures a
 # separate computation from the HF shape gives (python below: every unit of
 # Qwen3-14B / 8B padded to a multiple of the world size, times 2 bytes for
 # bf16 and 4 for fp32; gathered: the embedding, final norm, lm head and two
@@ -26,6 +28,8 @@ plan() { # name, expected exit code, train arguments...
 
 plan 14b_w8 0 configs/drkernel14b.ini dist.world=8
 plan 8b_w8 0 configs/drkernel8b.ini dist.world=8
+plan 14b_w8_layer 0 configs/drkernel14b.ini dist.world=8 train.recompute=layer
+plan 8b_w8_layer 0 configs/drkernel8b.ini dist.world=8 train.recompute=layer
 plan 14b_w1 1 configs/drkernel14b.ini dist.world=1
 grep -q "DOES NOT FIT" "$tmp/14b_w1" && grep -q "^  parameter shard " "$tmp/14b_w1" ||
     { echo "FAIL: world 1 printed no table or no verdict"; exit 1; }
@@ -81,5 +85,16 @@ for name, (V, C, I, L, Hq, Hkv, D) in shapes.items():
             exp = round(b / 1e9, 2)
             assert all(abs(c - exp) < 0.006 for c in cells) and (cells or b == 0), (tag, item, cells, exp)
             print(f"{tag}: {item}: {cells} GB, computed {b / 1e9:.3f}")
-print("recipe plans: shard, gather and inference-copy rows agree")
+    # recompute = auto at 8 GPUs: none does not fit, layer_keep_attention
+    # does; its activations are layer's plus, per layer, the attention
+    # output [T, Hq*D] bf16 and its logsumexp [Hq, T] fp32 (T = 32768),
+    # less the one pair layer's shared activation set holds: L - 1 pairs.
+    text = open(f"{d}/{name}_w8").read()
+    assert "recompute = auto picked layer_keep_attention: none does not fit" in text, (name, text[:600])
+    T = 32768
+    extra = (L - 1) * (T * Hq * D * 2 + Hq * T * 4)
+    keep, layer = rows(f"{d}/{name}_w8")["activations"][0], rows(f"{d}/{name}_w8_layer")["activations"][0]
+    assert abs(keep - layer - extra / 1e9) < 0.011, (name, keep, layer, extra / 1e9)
+    print(f"{name}_w8: auto picks layer_keep_attention: activations {keep} GB = layer's {layer} + {extra / 1e9:.3f}")
+print("recipe plans: shard, gather and inference-copy rows agree; auto picks layer_keep_attention")
 PY
