@@ -126,10 +126,15 @@ def fork_candidate(limits, workdir, spec, judge_fds):
             candidate_proc.serve(to_r, from_w, spec.device_type, shm)
             code = 0
         except BaseException as e:
-            try:
-                os.write(2, f"the candidate's process failed: {type(e).__name__}: {e}\n".encode())
-            except OSError:
-                pass
+            # A spare forked ahead whose job never came is torn down with
+            # its folder while its candidate may still be entering the
+            # sandbox: that one has nobody to tell, and a line on the
+            # server's stderr would read as a failure of the job just done.
+            if os.path.isdir(workdir):
+                try:
+                    os.write(2, f"the candidate's process failed: {type(e).__name__}: {e}\n".encode())
+                except OSError:
+                    pass
         os._exit(code)
     os.close(to_r)
     os.close(from_w)
