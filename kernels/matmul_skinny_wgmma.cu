@@ -9,19 +9,25 @@
  * k16 step per warp, issued from the same 4 warps that load, and it moved
  * W at 1.4-2.0 TB/s on an H100 (bench_ops --decode) where the copy rate is
  * 3.0; cuBLASLt, which takes the wider products, did not do better. Here a
- * block is one consumer warpgroup, whose m64nBNk16 wgmma reads both
+ * block is one or two consumer warpgroups, whose m64nBNk16 wgmma reads both
  * operands from shared memory through descriptors (one instruction per k16
  * step for all 64 rows), and one producer warp, whose lane 0 streams A and
- * W tiles with TMA into a ring of SW_STAGES stages (full / empty mbarriers,
- * as in attention_wgmma.cu): loads never wait on the math, and each SM has
- * up to SW_STAGES x (A + W tile) bytes in flight.
+ * W tiles with TMA into a ring of up to 8 stages filling about 210 KB of
+ * shared memory (full / empty mbarriers, as in attention_wgmma.cu): loads
+ * never wait on the math, and each SM has the whole ring in flight.
  *
  * Tiles. A stage is A[0..63, k0..k0+63] (rows past M read as zeros by TMA)
- * and W[n0..n0+BN-1, k0..k0+63], both K-major in the 128-byte swizzle that
- * TMA writes and the descriptors read. BN is 64, 96 or 128 columns (wgmma
- * n64 / n96 / n128): the plan picks the width whose column tiles, times the
- * splits of K, come closest to whole waves of one block per SM (96 gives
- * 12288 columns 128 tiles where 128 gives 96 on 132 SMs).
+ * and W[n0..n0+NWG*BN-1, k0..k0+63], both K-major in the 128-byte swizzle
+ * that TMA writes and the descriptors read. A block has NWG = 1 or 2
+ * consumer warpgroups, each multiplying the one A tile by its BN = 64, 96
+ * or 128 rows of the W tile (wgmma n64 / n96 / n128). Every block reads
+ * A again (from L2), 64 / (NWG BN) of W's bytes more: 67% at 96 columns,
+ * 25% at 2 x 128, traffic L2 must carry beside W's own stream, so
+ * the plan takes the widest block of the widths (64, 96, 128, 2 x 96,
+ * 2 x 128) whose column tiles, times the splits of K, come within 2% of
+ * the best fill of whole waves of one block per SM (12288 columns: 64
+ * blocks of 2 x 96 split in 2, 128 blocks on 132 SMs, where 1 x 128 gives
+ * 96).
  *
  * Split-K and the epilogue are matmul_skinny.cu's: the nsplit blocks of one
  * column tile form a cluster, each leaves its fp32 partial tile in its own
@@ -43,17 +49,23 @@
 
 namespace cg = cooperative_groups;
 
-#define SW_M 64         /* rows of A: one wgmma M */
-#define SW_KT 64        /* K per stage: one 128-byte swizzle row of bf16 */
-#define SW_STAGES 8     /* stages in flight */
-#define SW_THREADS 160  /* consumer warpgroup (warps 0-3) + producer warp */
-#define SW_MAX_SPLIT 8  /* the portable cluster size */
+#define SW_M 64             /* rows of A: one wgmma M */
+#define SW_KT 64            /* K per stage: one 128-byte swizzle row of bf16 */
+#define SW_MAX_STAGES 8     /* stages in flight, at most */
+#define SW_RING_BYTES 215040 /* 210 KB of ring (of 227 a block may have): one block per SM */
+#define SW_MAX_SPLIT 8      /* the portable cluster size */
 
-/* Bytes of a stage and of the whole dynamic shared memory (ring, 2 x
- * SW_STAGES mbarriers, slack for the 1024-byte alignment) at BN columns. */
-__host__ __device__ constexpr uint32_t sw_stage_bytes(int bn) { return (uint32_t)(SW_M + bn) * SW_KT * 2; }
-__host__ __device__ constexpr size_t sw_smem_bytes(int bn) {
-    return (size_t)SW_STAGES * sw_stage_bytes(bn) + 16 * SW_STAGES + 1024;
+/* The shape of an instance: NWG consumer warpgroups of BN columns each. */
+__host__ __device__ constexpr int sw_threads(int nwg) { return nwg * 128 + 32; }
+__host__ __device__ constexpr uint32_t sw_stage_bytes(int cols) { return (uint32_t)(SW_M + cols) * SW_KT * 2; }
+__host__ __device__ constexpr int sw_stages(int cols) {
+    return SW_RING_BYTES / sw_stage_bytes(cols) < SW_MAX_STAGES ? (int)(SW_RING_BYTES / sw_stage_bytes(cols))
+                                                                : SW_MAX_STAGES;
+}
+/* The whole dynamic shared memory: ring, 2 mbarriers a stage, slack for
+ * the 1024-byte alignment. */
+__host__ __device__ constexpr size_t sw_smem_bytes(int cols) {
+    return (size_t)sw_stages(cols) * sw_stage_bytes(cols) + 16 * sw_stages(cols) + 1024;
 }
 
 #ifndef WG_NO_WGMMA
@@ -66,27 +78,29 @@ __device__ __forceinline__ void sw_mma(float (&d)[BN / 8][4], uint64_t da, uint6
 }
 #endif
 
-template <int BN>
-__global__ void __launch_bounds__(SW_THREADS, 1)
+template <int BN, int NWG>
+__global__ void __launch_bounds__(sw_threads(NWG), 1)
     matmul_skinny_wg(sk_args p, const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w) {
 #ifdef WG_NO_WGMMA
     __trap();
 #else
-    constexpr int NT = BN / 8, LD = BN + 4; /* LD: fp32 partial row stride, 16-byte rows */
-    constexpr uint32_t A_BYTES = SW_M * SW_KT * 2, STAGE = sw_stage_bytes(BN);
-    static_assert((size_t)SW_M * LD * sizeof(float) <= (size_t)SW_STAGES * STAGE, "the partial tile reuses the ring");
+    constexpr int COLS = NWG * BN, NT = BN / 8, LD = COLS + 4; /* LD: fp32 partial row stride, 16-byte rows */
+    constexpr int THREADS = sw_threads(NWG), ST = sw_stages(COLS), PRODUCER = NWG * 4;
+    constexpr uint32_t A_BYTES = SW_M * SW_KT * 2, STAGE = sw_stage_bytes(COLS);
+    static_assert((size_t)SW_M * LD * sizeof(float) <= (size_t)ST * STAGE, "the partial tile reuses the ring");
+    static_assert(COLS <= 256, "a TMA box holds at most 256 rows");
     extern __shared__ __align__(16) unsigned char smem[];
-    const uint32_t ring = smem_base(), bars = ring + SW_STAGES * STAGE;
-    const uint32_t full = bars, empty = bars + 8 * SW_STAGES; /* full[s] = full + 8 s */
+    const uint32_t ring = smem_base(), bars = ring + ST * STAGE;
+    const uint32_t full = bars, empty = bars + 8 * ST; /* full[s] = full + 8 s */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int n0 = blockIdx.x * BN, split = blockIdx.y;
+    const int n0 = blockIdx.x * COLS, split = blockIdx.y;
     const int k_begin = split * p.kchunk, k_end = min(k_begin + p.kchunk, p.K);
     const int n_stages = (k_end - k_begin) / SW_KT;
 
     if (tid == 0) {
-        for (int s = 0; s < SW_STAGES; s++) {
-            mbar_init(full + 8 * s, 1);  /* the producer's arrival, plus the bytes */
-            mbar_init(empty + 8 * s, 4); /* one arrival per consumer warp */
+        for (int s = 0; s < ST; s++) {
+            mbar_init(full + 8 * s, 1);         /* the producer's arrival, plus the bytes */
+            mbar_init(empty + 8 * s, 4 * NWG); /* one arrival per consumer warp */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -94,9 +108,9 @@ __global__ void __launch_bounds__(SW_THREADS, 1)
 
     float acc[NT][4];
     zero(acc);
-    if (warp == 4) {
+    if (warp == PRODUCER) {
         /* ---- producer: lane 0 issues, the warp waits together ---- */
-        const int pre = n_stages < SW_STAGES ? n_stages : SW_STAGES;
+        const int pre = n_stages < ST ? n_stages : ST;
         if (lane == 0)
             for (int s = 0; s < pre; s++) {
                 mbar_expect(full + 8 * s, STAGE);
@@ -108,8 +122,8 @@ __global__ void __launch_bounds__(SW_THREADS, 1)
         if (lane == 0)
             for (int s = 0; s < pre; s++) tma_load_2d(ring + s * STAGE, &map_a, k_begin + s * SW_KT, 0, full + 8 * s);
         for (int st = pre; st < n_stages; st++) {
-            const int s = st % SW_STAGES, k0 = k_begin + st * SW_KT;
-            stage_wait_empty(empty + 8 * s, st / SW_STAGES);
+            const int s = st % ST, k0 = k_begin + st * SW_KT;
+            stage_wait_empty(empty + 8 * s, st / ST);
             if (lane == 0) {
                 mbar_expect(full + 8 * s, STAGE);
                 tma_load_2d(ring + s * STAGE + A_BYTES, &map_w, k0, n0, full + 8 * s);
@@ -118,14 +132,16 @@ __global__ void __launch_bounds__(SW_THREADS, 1)
             __syncwarp();
         }
     } else {
-        /* ---- consumers: one k16 product per step for all 64 rows; the
+        /* ---- consumers: warpgroup wg multiplies the A tile by its BN rows
+         * of the W tile, one k16 product per step for all 64 rows; the
          * stage read one step ago goes back once its products are done ---- */
+        const uint32_t w_off = A_BYTES + (warp >> 2) * BN * 128;
         pdl_wait();
         pdl_launch_dependents();
         for (int st = 0; st < n_stages; st++) {
-            const int s = st % SW_STAGES;
-            mbar_wait(full + 8 * s, (st / SW_STAGES) & 1);
-            const uint32_t ta = ring + s * STAGE, tw = ta + A_BYTES;
+            const int s = st % ST;
+            mbar_wait(full + 8 * s, (st / ST) & 1);
+            const uint32_t ta = ring + s * STAGE, tw = ta + w_off;
             reg_fence(acc);
             wg_fence();
 #pragma unroll
@@ -133,7 +149,7 @@ __global__ void __launch_bounds__(SW_THREADS, 1)
             wg_commit();
             wg_wait<1>();
             reg_fence(acc);
-            if (st > 0) stage_release(empty + 8 * ((st - 1) % SW_STAGES));
+            if (st > 0) stage_release(empty + 8 * ((st - 1) % ST));
         }
         wg_wait<0>();
         reg_fence(acc);
@@ -141,56 +157,72 @@ __global__ void __launch_bounds__(SW_THREADS, 1)
     __syncthreads(); /* every stage consumed, no load in flight: the ring holds the partial tile now */
 
     float *part = (float *)(smem + (ring - smem_addr(smem)));
-    if (warp < 4) {
-        const int g = lane >> 2, t4 = lane & 3;
+    if (warp < PRODUCER) {
+        const int g = lane >> 2, t4 = lane & 3, row = (warp & 3) * 16 + g, col = (warp >> 2) * BN + 2 * t4;
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
-                *(float2 *)&part[(warp * 16 + g + 8 * h) * LD + j * 8 + 2 * t4] =
-                    make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
+                *(float2 *)&part[(row + 8 * h) * LD + col + j * 8] = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
     }
     const int rows = min(SW_M, p.M);
     if (p.nsplit == 1) {
         __syncthreads();
-        for (int e = tid; e < rows * BN; e += SW_THREADS) {
-            const int r = e / BN, c = e % BN;
+        for (int e = tid; e < rows * COLS; e += THREADS) {
+            const int r = e / COLS, c = e % COLS;
             sk_store(p, r, n0 + c, part[r * LD + c]);
         }
         return;
     }
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
-    sk_cluster_sum(p, cluster, part, LD, BN, rows, n0, split, tid, SW_THREADS);
+    sk_cluster_sum(p, cluster, part, LD, COLS, rows, n0, split, tid, THREADS);
     cluster.sync(); /* no block leaves while another still reads its tile */
 #endif
 }
 
 typedef void (*sw_kernel)(sk_args, const CUtensorMap, const CUtensorMap);
 
-static sw_kernel sw_kernel_for(int bn) {
-    return bn == 128 ? matmul_skinny_wg<128> : bn == 96 ? matmul_skinny_wg<96> : matmul_skinny_wg<64>;
-}
+/* The block widths, widest first: columns, and the instance's BN and NWG. */
+static const struct {
+    int cols, bn, nwg;
+    sw_kernel k;
+} sw_widths[5] = {{256, 128, 2, matmul_skinny_wg<128, 2>},
+                  {192, 96, 2, matmul_skinny_wg<96, 2>},
+                  {128, 128, 1, matmul_skinny_wg<128, 1>},
+                  {96, 96, 1, matmul_skinny_wg<96, 1>},
+                  {64, 64, 1, matmul_skinny_wg<64, 1>}};
 
-/* The plan of a product: of 128, 96 and 64 columns a block, and of 1 to 8
- * splits of K (each keeping 2 stages or more, all the blocks within one
- * wave where K is split), the one whose blocks fill the most of their
- * waves of one block per SM, counting columns past N as idle; ties go to
- * wider tiles, then fewer splits (fewer partial tiles to add). */
-static void sw_plan(const ops_ctx *ctx, int N, int K, int *bn_out, int *ns_out) {
+/* The plan of a product: for each block width and 1 to 8 splits of K (each
+ * keeping 2 stages or more, all the blocks within one wave where K is
+ * split), the share of whole waves of one block per SM the blocks fill,
+ * counting columns past N as idle; of the widths within 2% of the best
+ * fill, the widest (least A traffic), with its fewest splits. Returns the
+ * index into sw_widths. */
+static int sw_plan(const ops_ctx *ctx, int N, int K, int *ns_out) {
     const int sms = cuda_sm_count(ctx), kst = K / SW_KT;
-    static const int widths[3] = {128, 96, 64};
-    double best = -1.0;
-    *bn_out = 128, *ns_out = 1;
-    for (int i = 0; i < 3; i++) {
-        const long tiles = (N + widths[i] - 1) / widths[i];
+    double fill[5];
+    int splits[5];
+    double best = 0.0;
+    for (int i = 0; i < 5; i++) {
+        const long tiles = (N + sw_widths[i].cols - 1) / sw_widths[i].cols;
+        fill[i] = -1.0, splits[i] = 1;
         for (int ns = 1; ns <= SW_MAX_SPLIT; ns++) {
             if (ns > 1 && (tiles * ns > sms || kst / ns < 2)) break;
             const long blocks = tiles * ns, waves = (blocks + sms - 1) / sms;
-            const double fill = (double)N / (double)(tiles * widths[i]) * (double)blocks / (double)(waves * sms);
-            if (fill > best + 1e-9) best = fill, *bn_out = widths[i], *ns_out = ns;
+            const double f =
+                (double)N / (double)(tiles * sw_widths[i].cols) * (double)blocks / (double)(waves * sms);
+            if (f > fill[i] + 1e-9) fill[i] = f, splits[i] = ns;
         }
+        if (fill[i] > best) best = fill[i];
     }
+    for (int i = 0; i < 5; i++)
+        if (fill[i] >= 0.98 * best) {
+            *ns_out = splits[i];
+            return i;
+        }
+    *ns_out = splits[4];
+    return 4;
 }
 
 /* Compute capability 9.0 (sm_90a code), asked once per device. */
@@ -207,14 +239,16 @@ extern "C" int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const 
     if (M < 1 || M > SW_M || N < 1 || K < SW_KT || K % SW_KT || trans_a || !trans_b) return 0;
     if (!is_aligned16(a) || !is_aligned16(b) || !sw_device_ok(ctx)) return 0;
     sk_args p = sk_args_make(c, c_f32, a, b, M, N, K, alpha, beta);
-    int bn, nsplit;
-    sw_plan(ctx, N, K, &bn, &nsplit);
-    sk_plan_finish(ctx, &p, SW_KT, SW_MAX_SPLIT, 1, &bn, &nsplit);
-    const size_t smem = sw_smem_bytes(bn);
-    const sw_kernel k = sw_kernel_for(bn);
-    cuda_kernel_per_sm(ctx, (const void *)k, SW_THREADS, smem); /* sets the shared-memory limit */
-    const CUtensorMap ma = tmap_rows((const bf16 *)a, K, M, SW_M), mw = tmap_rows((const bf16 *)b, K, N, bn);
+    int nsplit, w = sw_plan(ctx, N, K, &nsplit), cols = sw_widths[w].cols;
+    sk_plan_finish(ctx, &p, SW_KT, SW_MAX_SPLIT, 1, &cols, &nsplit);
+    for (w = 0; w < 5 && sw_widths[w].cols != cols; w++) {
+    }
+    const size_t smem = sw_smem_bytes(cols);
+    const int threads = sw_threads(sw_widths[w].nwg);
+    const sw_kernel k = sw_widths[w].k;
+    cuda_kernel_per_sm(ctx, (const void *)k, threads, smem); /* sets the shared-memory limit */
+    const CUtensorMap ma = tmap_rows((const bf16 *)a, K, M, SW_M), mw = tmap_rows((const bf16 *)b, K, N, cols);
     cuda_launch_pdl_cluster(ctx_stream(ctx), !ctx->tuning.no_pdl, nsplit, k,
-                            dim3((unsigned)((N + bn - 1) / bn), (unsigned)nsplit), dim3(SW_THREADS), smem, p, ma, mw);
+                            dim3((unsigned)((N + cols - 1) / cols), (unsigned)nsplit), dim3(threads), smem, p, ma, mw);
     return 1;
 }

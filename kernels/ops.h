@@ -52,7 +52,8 @@ typedef struct ops_tuning {
      * chosen per call, 1..8 pinned (at most K / 64). */
     int skinny_splits;
     /* Output columns per block of those products: 0 chosen per call, 64
-     * or 128 pinned, and 96 on the wgmma kernel (skinny_use 2). */
+     * or 128 pinned, and 96, 192 or 256 on the wgmma kernel (skinny_use 2;
+     * 192 and 256 are two warpgroups of 96 and 128). */
     int skinny_bn;
     /* Which 9..64-row products (M rows times W^T) the skinny kernel takes:
      * 0 those with a long K and at most 2048 columns (the dispatcher's

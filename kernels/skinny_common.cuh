@@ -66,16 +66,18 @@ static inline sk_args sk_args_make(void *c, int c_f32, const void *a, const void
 }
 
 /* A benchmark's pinned plan (ops.h, ops_tuning) over the chosen *bn and
- * *nsplit (splits at most K / kt; widths 64 and 128, and 96 where
- * allow96), then the K slices of p: an out-of-range pin aborts naming its
- * field. */
-static inline void sk_plan_finish(const ops_ctx *ctx, sk_args *p, int kt, int max_split, int allow96, int *bn,
+ * *nsplit (splits at most K / kt; widths 64 and 128, and where wide (the
+ * wgmma kernel) 96, 192 and 256), then the K slices of p: an out-of-range
+ * pin aborts naming its field. */
+static inline void sk_plan_finish(const ops_ctx *ctx, sk_args *p, int kt, int max_split, int wide, int *bn,
                                   int *nsplit) {
     const int forced = ctx->tuning.skinny_splits, forced_bn = ctx->tuning.skinny_bn;
     if (forced < 0 || forced > max_split)
         DK_ABORT("ops_tuning.skinny_splits = %d: expected 0 (chosen) or a count 1..%d", forced, max_split);
-    if (forced_bn != 0 && forced_bn != 64 && forced_bn != 128 && !(allow96 && forced_bn == 96))
-        DK_ABORT("ops_tuning.skinny_bn = %d: expected 0 (chosen), 64%s or 128", forced_bn, allow96 ? ", 96" : "");
+    const int narrow_ok = forced_bn == 0 || forced_bn == 64 || forced_bn == 128;
+    if (!narrow_ok && !(wide && (forced_bn == 96 || forced_bn == 192 || forced_bn == 256)))
+        DK_ABORT("ops_tuning.skinny_bn = %d: expected 0 (chosen), 64 or 128%s", forced_bn,
+                 wide ? " (96, 192 or 256 on the wgmma kernel)" : "");
     if (forced) *nsplit = forced < p->K / kt ? forced : p->K / kt;
     if (forced_bn) *bn = forced_bn;
     p->kchunk = split_chunk(p->K, kt, nsplit);

@@ -152,16 +152,19 @@ static void check_matmul(ctx_pair *p) {
     p->gpu.tuning.skinny_bn = 0, p->gpu.tuning.skinny_splits = 0;
     check_skinny_repeat(p);
     /* The same on the wgmma kernel (matmul_skinny_wgmma.cu; on other GPUs
-     * than sm_90 these run the mma.sync one, which has no 96): 64, 96 and
-     * 128 columns a block, unsplit and split over clusters of 3 and 8, its
-     * chosen plan; rows past M, columns past the tile, K of 2 to 96 stages
-     * (more than the ring holds), shapes of the 1.7B decode step. */
+     * than sm_90 these run the mma.sync one, which has only 64 and 128):
+     * 64, 96 and 128 columns a block (one consumer warpgroup), 192 and 256
+     * (two), unsplit and split over clusters of 2, 3 and 8, its chosen
+     * plan; rows past M, columns past the tile, K of 2 to 96 stages (more
+     * than the ring holds), shapes of the 1.7B decode step. */
     p->gpu.tuning.skinny_use = 2;
-    const int wg_plans[][2] = {{0, 0}, {64, 1}, {96, 1}, {128, 1}, {96, 3}, {128, 8}, {64, 8}};
+    const int wg_plans[][2] = {{0, 0},  {64, 1},  {96, 1},  {128, 1}, {192, 1}, {256, 1},
+                               {96, 3}, {128, 8}, {64, 8}, {192, 2}, {256, 8}};
     const int wg_every[][3] = {{64, 4096, 2048}, {9, 300, 1024}, {40, 136, 512}, {17, 2048, 6144},
                                {64, 1000, 128},  {64, 12288, 2048}, {33, 2048, 2048}};
     for (size_t i = 0; i < sizeof wg_plans / sizeof wg_plans[0]; i++) {
-        if (wg_plans[i][0] == 96 && device_compute_capability(p->gpu.gpu) != 90) continue;
+        const int narrow = wg_plans[i][0] == 0 || wg_plans[i][0] == 64 || wg_plans[i][0] == 128;
+        if (!narrow && device_compute_capability(p->gpu.gpu) != 90) continue;
         p->gpu.tuning.skinny_bn = wg_plans[i][0], p->gpu.tuning.skinny_splits = wg_plans[i][1];
         run_rows_wt(p, wg_every, sizeof wg_every / sizeof wg_every[0], &worst, &cases);
     }

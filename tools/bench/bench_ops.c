@@ -357,7 +357,8 @@ static void bench_matmul(const char *what, int M, int N, int K, int ta, int tb, 
  * product on cuBLASLt, on the skinny kernel (matmul_skinny.cu) with its
  * chosen plan and with each pinned plan (64 or 128 columns a block, 1 to
  * 8 splits of K), and on its wgmma form (matmul_skinny_wgmma.cu: chosen,
- * then 64, 96 or 128 columns by 1 to 8 splits), printed as one line.
+ * then 64, 96, 128, 192 or 256 columns by 1 to 8 splits), printed as one
+ * line.
  * Timed 10 calls back to back; torch_ops.py likewise. */
 typedef struct {
     void **w;
@@ -411,8 +412,8 @@ static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32
      * each width with its splits. */
     ctx.tuning.skinny_use = 2, ctx.tuning.skinny_splits = 0, ctx.tuning.skinny_bn = 0;
     printf(" wgmma chosen %.0f |", mmd_gbps(&a, bytes, reps));
-    static const int wg_bn[] = {64, 96, 128};
-    for (int b = 0; b < 3; b++) {
+    static const int wg_bn[] = {64, 96, 128, 192, 256};
+    for (int b = 0; b < 5; b++) {
         printf(" wgmma %d columns, splits:", wg_bn[b]);
         ctx.tuning.skinny_bn = wg_bn[b];
         for (int i = 0; i < 4; i++) {
