@@ -30,7 +30,7 @@
 typedef enum { DK_DEVICE_CPU = 0, DK_DEVICE_CUDA = 1 } dk_device;
 
 /* ops_paged_attention's kernels on CUDA (paged_attention.cu): the warp
- * kernel for few query rows per sequence (paged_decode.cu), the
+ * kernel for few query rows per sequence (paged_decode.cuh), the
  * tensor-core kernel, and the plain one for other head dims. */
 typedef enum { OPS_PAGED_AUTO = 0, OPS_PAGED_DECODE, OPS_PAGED_MMA, OPS_PAGED_PLAIN } ops_paged_kernel;
 
@@ -73,7 +73,7 @@ typedef struct ops_tuning {
      * query group is too wide for that many warps. */
     int decode_warps;
     int decode_splits;
-    /* How the warp kernel loads its key rows (paged_decode.cu): 0 chosen
+    /* How the warp kernel loads its key rows (paged_decode.cuh): 0 chosen
      * (where the batch's (token, KV head) units are fewer than the SMs,
      * next rows in registers for groups of up to 2 heads and a shared ring
      * for wider ones; else direct loads), -1 direct loads at each

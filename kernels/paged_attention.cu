@@ -626,7 +626,7 @@ extern "C" void cuda_paged_attention(ops_ctx *ctx, void *out, const void *q, con
     const bool vec = (D == 32 || D == 64 || D == 128 || D == 256) && is_aligned16(q) && is_aligned16(k_cache) &&
                      is_aligned16(v_cache) && is_aligned16(out);
     /* Few query rows per sequence (decode: G rows of one token) leave most
-     * of a 16-row mma tile empty: the warp kernel of paged_decode.cu serves
+     * of a 16-row mma tile empty: the warp kernel of paged_decode.cuh serves
      * those; several query tokens per sequence share each key read on
      * tensor cores here. A benchmark or test may pin the kernel
      * (ctx->tuning.paged_kernel, ops.h). */

@@ -1,6 +1,6 @@
 /* paged_common.cuh: what the two kernels of ops_paged_attention share: the
  * argument block, the token -> sequence lookup, and the entry points of the
- * few-queries kernel (paged_decode.cu) that cuda_paged_attention
+ * few-queries kernel (paged_decode.cuh) that cuda_paged_attention
  * (paged_attention.cu) chooses between. */
 #ifndef DK_PAGED_COMMON_CUH
 #define DK_PAGED_COMMON_CUH
@@ -48,7 +48,7 @@ __device__ __forceinline__ void pa_q_range(const pa_args &a, int s, int *q0, int
     else *q0 = a.cu_q[s], *q1 = a.cu_q[s + 1];
 }
 
-/* paged_decode.cu: whether it serves head dim D with G query heads per KV
+/* paged_decode.cuh: whether it serves head dim D with G query heads per KV
  * head; the warps a CTA (*nw), how they load their rows (*lm: direct, next
  * rows in registers, or a shared-memory ring), how splits merge (*gmerge:
  * 0 in a cluster, 1 by paged_attention_merge) and the context splits (the

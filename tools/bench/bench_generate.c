@@ -265,7 +265,7 @@ static void op_table(model *m, int B, int ctx_len, double measured_ms) {
         }
         ctx->tuning.decode_warps = 0;
     }
-    /* The warp kernel's ways of loading rows (paged_decode.cu; the op
+    /* The warp kernel's ways of loading rows (paged_decode.cuh; the op
      * chooses per call): direct, next rows in registers, a shared ring. */
     static const int load_modes[] = {-1, 1, 2};
     static const char *const load_names[] = {"(paged_attention, direct loads)", "(paged_attention, next in regs)",
