@@ -14,6 +14,9 @@
  *    live sequence's cached K/V, at the copy bandwidth measured first
  *    (bench_bandwidth.h; --bw sets another).
  * 2. batch 1, 1k-token context: per-token latency against the same roofline.
+ * Each of the two runs BENCH_RUNS times (the same lengths, prompts of
+ * their own); its figures are the medians, printed with their spread
+ * (min-max).
  * 3. the launch question: for one decode step at batch 1 and 64, the host
  *    time to queue the step's kernels, the time of the step when the host
  *    waits for it, and the per-step time when 20 steps are queued back to
@@ -470,6 +473,38 @@ static void chain_table(model *m, int B, int ctx_len) {
 /* ---- 1 and 2: the engine's throughput and latency ---------------------------------- */
 
 /* Sections 1 and 2 on engine e; tag names the launch mode in the headers. */
+/* Runs of each timed section of bench_engine; a figure is their median,
+ * printed with its spread (min-max), as runs on a shared GPU vary. */
+#define BENCH_RUNS 3
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(const double *v, int n) {
+    double s[16];
+    for (int i = 0; i < n; i++) s[i] = v[i];
+    qsort(s, (size_t)n, sizeof s[0], cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* "median (min-max)" of v in fmt, as a value to print. */
+typedef struct {
+    char s[112];
+} spread_text;
+static spread_text spread_of(const double *v, int n, const char *fmt) {
+    double lo = v[0], hi = v[0];
+    for (int i = 1; i < n; i++) lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
+    char a[32], b[32], c[32];
+    snprintf(a, sizeof a, fmt, median_of(v, n));
+    snprintf(b, sizeof b, fmt, lo);
+    snprintf(c, sizeof c, fmt, hi);
+    spread_text t;
+    snprintf(t.s, sizeof t.s, "%s (%s-%s)", a, b, c);
+    return t;
+}
+
 static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KVT, double bw, double hf_tps,
                          double hf_static_tps, int quick, const char *tag) {
     /* Warm-up: builds every matmul plan and decode graph the runs below use. */
@@ -487,68 +522,81 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
         gen_seq_free(e, one);
     }
 
-    /* 1. batch 64, prompt 512, 256 new tokens. */
+    /* 1. batch 64, prompt 512, 256 new tokens: BENCH_RUNS runs of the same
+     * work (prompts of their own, so none finds another run's pages), each
+     * figure the median with its spread. */
     {
         enum { B = 64, PROMPT = 512, NEW = 256 };
-        gen_seq *s[B];
-        for (int i = 0; i < B; i++) s[i] = random_seq(e, 100 + (uint64_t)i, PROMPT, V);
-        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
-        ops_sync(ctx);
-        double a = dk_now();
-        must(gen_run(e, s, B, &p), "prefill");
-        double b = dk_now();
-        p.max_new_tokens = NEW - 1;
-        long steps0 = gen_get_stats(e)->steps;
-        must(gen_run(e, s, B, &p), "decode");
-        double d = dk_now();
-        long steps = gen_get_stats(e)->steps - steps0;
+        double tps[BENCH_RUNS], pre_tps[BENCH_RUNS], step_ms[BENCH_RUNS], roof_pct[BENCH_RUNS];
         int ok = 1;
-        for (int i = 0; i < B; i++) ok &= s[i]->n_tokens == PROMPT + NEW;
-        const double total = d - a, decode = d - b, tps = B * NEW / total;
-        /* Decode roofline: step k (k = 1..NEW-1) reads the weights and B
-         * sequences' K/V of PROMPT + k tokens. */
-        double bytes = 0.0;
+        double bytes = 0.0; /* decode roofline: step k (1..NEW-1) reads the weights and B sequences' K/V of PROMPT + k tokens */
         for (int k = 1; k < NEW; k++) bytes += W + (double)B * (PROMPT + k) * KVT;
         const double roof = bytes / bw;
-        const double hf = hf_tps > 0.0 ? hf_tps : HF_ANCHOR_TPS;
-        printf("\n[batch 64, prompt 512, 256 new tokens%s]%s\n", tag, ok ? "" : "  (WARNING: some sequences stopped early)");
-        printf("  prefill %.3f s (%.0f tokens/s), decode %.3f s over %ld steps (%.2f ms/step, %.0f tokens/s)\n", b - a,
-               B * PROMPT / (b - a), decode, steps, decode / steps * 1e3, B * (NEW - 1) / decode);
-        printf("  generate: %.0f tokens/s = %.1fx HF generate (%.0f tokens/s, %s)\n", tps, tps / hf, hf,
-               hf_tps > 0.0 ? "--hf-tps, bench_generate_hf.py" : "anchor");
+        for (int r = 0; r < BENCH_RUNS; r++) {
+            gen_seq *s[B];
+            for (int i = 0; i < B; i++) s[i] = random_seq(e, 100 + 1000 * (uint64_t)r + (uint64_t)i, PROMPT, V);
+            gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
+            ops_sync(ctx);
+            double a = dk_now();
+            must(gen_run(e, s, B, &p), "prefill");
+            double b = dk_now();
+            p.max_new_tokens = NEW - 1;
+            long steps0 = gen_get_stats(e)->steps;
+            must(gen_run(e, s, B, &p), "decode");
+            double d = dk_now();
+            long steps = gen_get_stats(e)->steps - steps0;
+            for (int i = 0; i < B; i++) ok &= s[i]->n_tokens == PROMPT + NEW;
+            tps[r] = B * NEW / (d - a), pre_tps[r] = B * PROMPT / (b - a);
+            step_ms[r] = (d - b) / (double)steps * 1e3, roof_pct[r] = 100.0 * roof / (d - b);
+            for (int i = 0; i < B; i++) gen_seq_free(e, s[i]);
+        }
+        const double hf = hf_tps > 0.0 ? hf_tps : HF_ANCHOR_TPS, med = median_of(tps, BENCH_RUNS);
+        printf("\n[batch 64, prompt 512, 256 new tokens%s, %d runs: median (min-max)]%s\n", tag, BENCH_RUNS,
+               ok ? "" : "  (WARNING: some sequences stopped early)");
+        printf("  prefill %s tokens/s; decode %s ms/step\n", spread_of(pre_tps, BENCH_RUNS, "%.0f").s,
+               spread_of(step_ms, BENCH_RUNS, "%.2f").s);
+        printf("  generate: %s tokens/s = %.1fx HF generate (%.0f tokens/s, %s)\n", spread_of(tps, BENCH_RUNS, "%.0f").s,
+               med / hf, hf, hf_tps > 0.0 ? "--hf-tps, bench_generate_hf.py" : "anchor");
         if (hf_static_tps > 0.0)
             printf("  generate: %.2fx HF static cache + torch.compile(reduce-overhead) (%.0f tokens/s, "
                    "--hf-static-tps)\n",
-                   tps / hf_static_tps, hf_static_tps);
+                   med / hf_static_tps, hf_static_tps);
         printf("  decode memory roofline: %.2f GB read per step on average (%.2f weights + %.2f KV), %.2f ms/step at "
-               "%.2f TB/s: %.0f%% of roofline\n",
+               "%.2f TB/s: %s%% of roofline\n",
                bytes / (NEW - 1) / 1e9, W / 1e9, (bytes / (NEW - 1) - W) / 1e9, roof / (NEW - 1) * 1e3, bw / 1e12,
-               100.0 * roof / decode);
-        for (int i = 0; i < B; i++) gen_seq_free(e, s[i]);
+               spread_of(roof_pct, BENCH_RUNS, "%.1f").s);
     }
 
-    /* 2. batch 1, 1k context. */
+    /* 2. batch 1, 1k context: BENCH_RUNS runs, the median with its spread. */
     {
         const int CTX = 1024, NEW = quick ? 32 : 128;
-        gen_seq *s = random_seq(e, 7, CTX, V);
-        gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
-        must(gen_run(e, &s, 1, &p), "prefill");
-        p.max_new_tokens = NEW;
-        const gen_stats st0 = *gen_get_stats(e);
-        double a = dk_now();
-        must(gen_run(e, &s, 1, &p), "decode");
-        double per = (dk_now() - a) / NEW;
-        const gen_stats *st1 = gen_get_stats(e);
-        const double wait = (st1->wait_s - st0.wait_s) / NEW;
-        const long ahead = st1->ahead_steps - st0.ahead_steps, caps = st1->graph_captures - st0.graph_captures;
-        double roof = (W + (CTX + NEW / 2.0) * KVT) / bw;
-        printf("\n[batch 1, 1k context%s]\n  %.3f ms/token; roofline %.3f ms (weights %.2f GB + KV %.3f GB): %.2fx the "
-               "roofline\n",
-               tag, per * 1e3, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9, per / roof);
+        const double roof = (W + (CTX + NEW / 2.0) * KVT) / bw;
+        double per[BENCH_RUNS], ratio[BENCH_RUNS], wait = 0.0, work = 0.0;
+        long ahead = 0, caps = 0;
+        for (int r = 0; r < BENCH_RUNS; r++) {
+            gen_seq *s = random_seq(e, 7 + (uint64_t)r, CTX, V);
+            gen_params p = {.temperature = 1.0f, .top_p = 1.0f, .max_new_tokens = 1};
+            must(gen_run(e, &s, 1, &p), "prefill");
+            p.max_new_tokens = NEW;
+            const gen_stats st0 = *gen_get_stats(e);
+            double a = dk_now();
+            must(gen_run(e, &s, 1, &p), "decode");
+            per[r] = (dk_now() - a) / NEW * 1e3;
+            ratio[r] = per[r] * 1e-3 / roof;
+            const gen_stats *st1 = gen_get_stats(e);
+            if (r == BENCH_RUNS - 1) { /* the host's share, from the last run */
+                wait = (st1->wait_s - st0.wait_s) / NEW, work = per[r] * 1e-3 - wait;
+                ahead = st1->ahead_steps - st0.ahead_steps, caps = st1->graph_captures - st0.graph_captures;
+            }
+            gen_seq_free(e, s);
+        }
+        printf("\n[batch 1, 1k context%s, %d runs: median (min-max)]\n  %s ms/token; roofline %.3f ms (weights %.2f GB "
+               "+ KV %.3f GB): %sx the roofline\n",
+               tag, BENCH_RUNS, spread_of(per, BENCH_RUNS, "%.3f").s, roof * 1e3, W / 1e9, (CTX + NEW / 2.0) * KVT / 1e9,
+               spread_of(ratio, BENCH_RUNS, "%.2f").s);
         printf("  the host waited %.3f ms a token for the GPU and worked %.1f us a token; %ld of %d steps queued "
-               "while the step before ran; %ld graphs captured in the run\n",
-               wait * 1e3, (per - wait) * 1e6, ahead, NEW, caps);
-        gen_seq_free(e, s);
+               "while the step before ran; %ld graphs captured in the run (last run)\n",
+               wait * 1e3, work * 1e6, ahead, NEW, caps);
     }
 }
 
