@@ -161,13 +161,16 @@ static void check_matmul(ctx_pair *p) {
     const int wg_plans[][2] = {{0, 0},  {64, 1},  {96, 1},  {128, 1}, {192, 1}, {256, 1},
                                {96, 3}, {128, 8}, {64, 8}, {192, 2}, {256, 8}};
     const int wg_every[][3] = {{64, 4096, 2048}, {9, 300, 1024}, {40, 136, 512}, {17, 2048, 6144},
-                               {64, 1000, 128},  {64, 12288, 2048}, {33, 2048, 2048}};
+                               {64, 1000, 128},  {33, 520, 2048}};
     for (size_t i = 0; i < sizeof wg_plans / sizeof wg_plans[0]; i++) {
         const int narrow = wg_plans[i][0] == 0 || wg_plans[i][0] == 64 || wg_plans[i][0] == 128;
         if (!narrow && device_compute_capability(p->gpu.gpu) != 90) continue;
         p->gpu.tuning.skinny_bn = wg_plans[i][0], p->gpu.tuning.skinny_splits = wg_plans[i][1];
         run_rows_wt(p, wg_every, sizeof wg_every / sizeof wg_every[0], &worst, &cases);
     }
+    p->gpu.tuning.skinny_bn = 0, p->gpu.tuning.skinny_splits = 0;
+    const int wg_model[][3] = {{64, 12288, 2048}, {64, 4096, 2048}, {64, 2048, 6144}}; /* 1.7B gate|up, q|k|v, down */
+    run_rows_wt(p, wg_model, sizeof wg_model / sizeof wg_model[0], &worst, &cases);
     p->gpu.tuning.skinny_bn = 0, p->gpu.tuning.skinny_splits = 0;
     check_skinny_repeat(p);
     p->gpu.tuning.skinny_use = 0;
