@@ -22,12 +22,12 @@
  * consumer warpgroups, each multiplying the one A tile by its BN = 64, 96
  * or 128 rows of the W tile (wgmma n64 / n96 / n128). Every block reads
  * A again (from L2), 64 / (NWG BN) of W's bytes more: 67% at 96 columns,
- * 25% at 2 x 128, traffic L2 must carry beside W's own stream, so
- * the plan takes the widest block of the widths (64, 96, 128, 2 x 96,
- * 2 x 128) whose column tiles, times the splits of K, come within 2% of
- * the best fill of whole waves of one block per SM (12288 columns: 64
- * blocks of 2 x 96 split in 2, 128 blocks on 132 SMs, where 1 x 128 gives
- * 96).
+ * 25% at 2 x 128, traffic L2 must carry beside W's own stream, so the
+ * plan (skinny_plan.c) takes the widest block of the widths (64, 96, 128,
+ * 2 x 96, 2 x 128) whose column tiles, times the splits of K, come within
+ * 2% of the best fill of whole waves of one block per SM (12288 columns:
+ * 64 blocks of 2 x 96 split in 2, 128 blocks on 132 SMs, where 1 x 128
+ * gives 96).
  *
  * Split-K and the epilogue are matmul_skinny.cu's: the nsplit blocks of one
  * column tile form a cluster, each leaves its fp32 partial tile in its own
@@ -45,6 +45,7 @@
 
 #include "kernels/device.h"
 #include "kernels/skinny_common.cuh"
+#include "kernels/skinny_plan.h"
 #include "kernels/wgmma_common.cuh"
 
 namespace cg = cooperative_groups;
@@ -53,7 +54,7 @@ namespace cg = cooperative_groups;
 #define SW_KT 64            /* K per stage: one 128-byte swizzle row of bf16 */
 #define SW_MAX_STAGES 8     /* stages in flight, at most */
 #define SW_RING_BYTES 215040 /* 210 KB of ring (of 227 a block may have): one block per SM */
-#define SW_MAX_SPLIT 8      /* the portable cluster size */
+#define SW_MAX_SPLIT SKINNY_PLAN_MAX_SPLIT
 
 /* The shape of an instance: NWG consumer warpgroups of BN columns each. */
 __host__ __device__ constexpr int sw_threads(int nwg) { return nwg * 128 + 32; }
@@ -183,47 +184,16 @@ __global__ void __launch_bounds__(sw_threads(NWG), 1)
 
 typedef void (*sw_kernel)(sk_args, const CUtensorMap, const CUtensorMap);
 
-/* The block widths, widest first: columns, and the instance's BN and NWG. */
+/* The instances, in skinny_plan_widths' order (skinny_plan.h): columns,
+ * BN and NWG. */
 static const struct {
     int cols, bn, nwg;
     sw_kernel k;
-} sw_widths[5] = {{256, 128, 2, matmul_skinny_wg<128, 2>},
-                  {192, 96, 2, matmul_skinny_wg<96, 2>},
-                  {128, 128, 1, matmul_skinny_wg<128, 1>},
-                  {96, 96, 1, matmul_skinny_wg<96, 1>},
-                  {64, 64, 1, matmul_skinny_wg<64, 1>}};
-
-/* The plan of a product: for each block width and 1 to 8 splits of K (each
- * keeping 2 stages or more, all the blocks within one wave where K is
- * split), the share of whole waves of one block per SM the blocks fill,
- * counting columns past N as idle; of the widths within 2% of the best
- * fill, the widest (least A traffic), with its fewest splits. Returns the
- * index into sw_widths. */
-static int sw_plan(const ops_ctx *ctx, int N, int K, int *ns_out) {
-    const int sms = cuda_sm_count(ctx), kst = K / SW_KT;
-    double fill[5];
-    int splits[5];
-    double best = 0.0;
-    for (int i = 0; i < 5; i++) {
-        const long tiles = (N + sw_widths[i].cols - 1) / sw_widths[i].cols;
-        fill[i] = -1.0, splits[i] = 1;
-        for (int ns = 1; ns <= SW_MAX_SPLIT; ns++) {
-            if (ns > 1 && (tiles * ns > sms || kst / ns < 2)) break;
-            const long blocks = tiles * ns, waves = (blocks + sms - 1) / sms;
-            const double f =
-                (double)N / (double)(tiles * sw_widths[i].cols) * (double)blocks / (double)(waves * sms);
-            if (f > fill[i] + 1e-9) fill[i] = f, splits[i] = ns;
-        }
-        if (fill[i] > best) best = fill[i];
-    }
-    for (int i = 0; i < 5; i++)
-        if (fill[i] >= 0.98 * best) {
-            *ns_out = splits[i];
-            return i;
-        }
-    *ns_out = splits[4];
-    return 4;
-}
+} sw_widths[SKINNY_PLAN_WIDTHS] = {{256, 128, 2, matmul_skinny_wg<128, 2>},
+                                   {192, 96, 2, matmul_skinny_wg<96, 2>},
+                                   {128, 128, 1, matmul_skinny_wg<128, 1>},
+                                   {96, 96, 1, matmul_skinny_wg<96, 1>},
+                                   {64, 64, 1, matmul_skinny_wg<64, 1>}};
 
 /* Compute capability 9.0 (sm_90a code), asked once per device. */
 static int sw_device_ok(const ops_ctx *ctx) {
@@ -239,9 +209,9 @@ extern "C" int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const 
     if (M < 1 || M > SW_M || N < 1 || K < SW_KT || K % SW_KT || trans_a || !trans_b) return 0;
     if (!is_aligned16(a) || !is_aligned16(b) || !sw_device_ok(ctx)) return 0;
     sk_args p = sk_args_make(c, c_f32, a, b, M, N, K, alpha, beta);
-    int nsplit, w = sw_plan(ctx, N, K, &nsplit), cols = sw_widths[w].cols;
+    int nsplit, w = skinny_plan(cuda_sm_count(ctx), N, K, &nsplit), cols = sw_widths[w].cols;
     sk_plan_finish(ctx, &p, SW_KT, SW_MAX_SPLIT, 1, &cols, &nsplit);
-    for (w = 0; w < 5 && sw_widths[w].cols != cols; w++) {
+    for (w = 0; w < SKINNY_PLAN_WIDTHS && sw_widths[w].cols != cols; w++) {
     }
     const size_t smem = sw_smem_bytes(cols);
     const int threads = sw_threads(sw_widths[w].nwg);

@@ -1,0 +1,31 @@
+/* skinny_plan.h: the plan of a wgmma skinny product (matmul_skinny_wgmma.cu)
+ * as plain arithmetic, so that every build, the CPU one included, can test
+ * it (tests/unit/test_skinny_plan.c): the block width and the splits of K. */
+#ifndef DK_SKINNY_PLAN_H
+#define DK_SKINNY_PLAN_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Block widths of the wgmma kernel, widest first: 2 x 128, 2 x 96, 128, 96
+ * and 64 columns (two consumer warpgroups or one). */
+#define SKINNY_PLAN_WIDTHS 5
+extern const int skinny_plan_widths[SKINNY_PLAN_WIDTHS];
+#define SKINNY_PLAN_MAX_SPLIT 8 /* the portable cluster size */
+
+/* For N columns and K (a multiple of 64) on `sms` multiprocessors, one
+ * block each: of every width and 1 to 8 splits of K (each keeping 2 stages
+ * of 64 or more, all the blocks within one wave where K is split), the
+ * share of whole waves the blocks fill, counting columns past N as idle;
+ * of the widths within 2% of the best fill, the widest (each block reads
+ * A again, so wider blocks read less of it), with its fewest splits at
+ * that fill. Returns the index into skinny_plan_widths; *splits gets the
+ * split count. */
+int skinny_plan(int sms, int N, int K, int *splits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
