@@ -538,11 +538,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 /* ---- host side ------------------------------------------------------------------------ */
 
 int attn_wgmma_ok(const ops_ctx *ctx) {
-    if (ATTN_FORCE_MMA) return 0;
-    int major = 0, minor = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->gpu));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx->gpu));
-    return major == 9 && minor == 0;
+    return !ATTN_FORCE_MMA && cuda_is_sm90(ctx);
 }
 
 /* Upper bound of the tile entries over all sequences (see attention.cu). */

@@ -49,6 +49,9 @@ static inline cudaStream_t ctx_stream(const ops_ctx *ctx) { return (cudaStream_t
 
 /* Multiprocessor count of the ctx's GPU (memory.cu caches it per device). */
 int cuda_sm_count(const ops_ctx *ctx);
+/* Whether the ctx's GPU has compute capability 9.0, which the sm_90a code
+ * (wgmma, TMA) needs; asked once per device. */
+int cuda_is_sm90(const ops_ctx *ctx);
 /* CTAs of `kernel` resident per multiprocessor at `block` threads and `smem`
  * bytes of dynamic shared memory, which is first made the kernel's limit
  * (so a kernel is asked with the one size it launches with). Asked once per
@@ -208,6 +211,22 @@ __device__ __forceinline__ T team_sum(T v, int tpr, T *sh) {
     for (int i = 0; i < wpt; i++) s += sh[first + i];
     __syncthreads();
     return s;
+}
+
+/* c[idx] = alpha * v + beta * c[idx] for an fp32 or a bf16 c (c_f32), with
+ * c not read where beta = 0 and one rounding to bf16: the epilogue of the
+ * matmul kernels beside cuBLASLt. */
+__device__ __forceinline__ void store_alpha_beta(void *c, int c_f32, size_t idx, float v, float alpha, float beta) {
+    float out = alpha * v;
+    if (c_f32) {
+        float *cf = (float *)c;
+        if (beta != 0.0f) out += beta * cf[idx];
+        cf[idx] = out;
+    } else {
+        bf16 *cb = (bf16 *)c;
+        if (beta != 0.0f) out += beta * __bfloat162float(cb[idx]);
+        cb[idx] = __float2bfloat16_rn(out);
+    }
 }
 
 /* Programmatic dependent launch (Hopper). A kernel queued by

@@ -206,16 +206,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32, gemv_min_blocks(M, NR)) gemv_
                 const float gt = gemv_act(v[0]), up = gemv_act(v[NR - 1]);
                 ((bf16 *)p.c)[idx] = __float2bfloat16_rn(silu_f(gt) * up);
             } else {
-                float o = p.alpha * v[0];
-                if (F32OUT) {
-                    float *cf = (float *)p.c;
-                    if (p.beta != 0.0f) o += p.beta * cf[idx];
-                    cf[idx] = o;
-                } else {
-                    bf16 *cb = (bf16 *)p.c;
-                    if (p.beta != 0.0f) o += p.beta * __bfloat162float(cb[idx]);
-                    cb[idx] = __float2bfloat16_rn(o);
-                }
+                store_alpha_beta(p.c, F32OUT, idx, v[0], p.alpha, p.beta);
             }
         }
         if (gn >= groups) return;

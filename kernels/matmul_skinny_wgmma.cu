@@ -43,7 +43,6 @@
  * elsewhere the body traps, and the host never launches it there. */
 #include <cooperative_groups.h>
 
-#include "kernels/device.h"
 #include "kernels/skinny_common.cuh"
 #include "kernels/skinny_plan.h"
 #include "kernels/wgmma_common.cuh"
@@ -184,35 +183,32 @@ __global__ void __launch_bounds__(sw_threads(NWG), 1)
 
 typedef void (*sw_kernel)(sk_args, const CUtensorMap, const CUtensorMap);
 
-/* The instances, in skinny_plan_widths' order (skinny_plan.h): columns,
- * BN and NWG. */
+/* The instances, in skinny_plan_widths' order (skinny_plan.h): BN columns
+ * a consumer warpgroup, NWG of them. */
 static const struct {
-    int cols, bn, nwg;
+    int bn, nwg;
     sw_kernel k;
-} sw_widths[SKINNY_PLAN_WIDTHS] = {{256, 128, 2, matmul_skinny_wg<128, 2>},
-                                   {192, 96, 2, matmul_skinny_wg<96, 2>},
-                                   {128, 128, 1, matmul_skinny_wg<128, 1>},
-                                   {96, 96, 1, matmul_skinny_wg<96, 1>},
-                                   {64, 64, 1, matmul_skinny_wg<64, 1>}};
+} sw_widths[SKINNY_PLAN_WIDTHS] = {{128, 2, matmul_skinny_wg<128, 2>},
+                                   {96, 2, matmul_skinny_wg<96, 2>},
+                                   {128, 1, matmul_skinny_wg<128, 1>},
+                                   {96, 1, matmul_skinny_wg<96, 1>},
+                                   {64, 1, matmul_skinny_wg<64, 1>}};
 
-/* Compute capability 9.0 (sm_90a code), asked once per device. */
-static int sw_device_ok(const ops_ctx *ctx) {
-    static int known[64]; /* 0 not asked, 1 yes, -1 no */
-    const int d = ctx->gpu;
-    if (d < 0 || d >= 64) return 0;
-    if (!known[d]) known[d] = device_compute_capability(d) == 90 ? 1 : -1;
-    return known[d] > 0;
+/* The index of the width of cols columns (one sk_plan_finish allows). */
+static int sw_width_index(int cols) {
+    int w = 0;
+    while (w < SKINNY_PLAN_WIDTHS - 1 && skinny_plan_widths[w] != cols) w++;
+    return w;
 }
 
 extern "C" int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N,
                                         int K, int trans_a, int trans_b, float alpha, float beta) {
     if (M < 1 || M > SW_M || N < 1 || K < SW_KT || K % SW_KT || trans_a || !trans_b) return 0;
-    if (!is_aligned16(a) || !is_aligned16(b) || !sw_device_ok(ctx)) return 0;
+    if (!is_aligned16(a) || !is_aligned16(b) || !cuda_is_sm90(ctx)) return 0;
     sk_args p = sk_args_make(c, c_f32, a, b, M, N, K, alpha, beta);
-    int nsplit, w = skinny_plan(cuda_sm_count(ctx), N, K, &nsplit), cols = sw_widths[w].cols;
+    int nsplit, cols = skinny_plan_widths[skinny_plan(cuda_sm_count(ctx), N, K, &nsplit)];
     sk_plan_finish(ctx, &p, SW_KT, SW_MAX_SPLIT, 1, &cols, &nsplit);
-    for (w = 0; w < SKINNY_PLAN_WIDTHS && sw_widths[w].cols != cols; w++) {
-    }
+    const int w = sw_width_index(cols);
     const size_t smem = sw_smem_bytes(cols);
     const int threads = sw_threads(sw_widths[w].nwg);
     const sw_kernel k = sw_widths[w].k;

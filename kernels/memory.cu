@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/device.h"
 #include "kernels/memory_count.h"
 
 /* cuBLASLt's recommended workspace on Hopper. */
@@ -18,6 +19,7 @@
 #define CUDA_MAX_DEVICES 64
 
 static int sm_counts[CUDA_MAX_DEVICES];
+static int sm90[CUDA_MAX_DEVICES]; /* 0 not asked, 1 compute capability 9.0, -1 another */
 static int live_contexts; /* contexts made and not yet freed */
 
 extern "C" int cuda_available(void) {
@@ -36,6 +38,13 @@ int cuda_sm_count(const ops_ctx *ctx) {
     CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     if (dev >= 0 && dev < CUDA_MAX_DEVICES) sm_counts[dev] = n;
     return n;
+}
+
+int cuda_is_sm90(const ops_ctx *ctx) {
+    const int dev = ctx->gpu;
+    if (dev < 0 || dev >= CUDA_MAX_DEVICES) return device_compute_capability(dev) == 90;
+    if (!sm90[dev]) sm90[dev] = device_compute_capability(dev) == 90 ? 1 : -1;
+    return sm90[dev] > 0;
 }
 
 /* Occupancies asked so far: (device, kernel, block, shared memory) -> CTAs

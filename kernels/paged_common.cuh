@@ -48,13 +48,14 @@ __device__ __forceinline__ void pa_q_range(const pa_args &a, int s, int *q0, int
     else *q0 = a.cu_q[s], *q1 = a.cu_q[s + 1];
 }
 
-/* paged_decode.cuh: whether it serves head dim D with G query heads per KV
- * head; the warps a CTA (*nw), how they load their rows (*lm: direct, next
- * rows in registers, or a shared-memory ring), how splits merge (*gmerge:
- * 0 in a cluster, 1 by paged_attention_merge) and the context splits (the
- * return) of a launch over T tokens; the multiple of keys a split's chunk
- * is rounded to; the launch itself of that plan (grid T * Hkv by
- * a->nsplit, one cluster a (token, KV head) when split and !a->gmerge). */
+/* paged_decode.cu (the host side of paged_decode.cuh): whether it serves
+ * head dim D with G query heads per KV head; the warps a CTA (*nw), how
+ * they load their rows (*lm: direct, next rows in registers, or a
+ * shared-memory ring), how splits merge (*gmerge: 0 in a cluster, 1 by
+ * paged_attention_merge) and the context splits (the return) of a launch
+ * over T tokens; the multiple of keys a split's chunk is rounded to; the
+ * launch itself of that plan (grid T * Hkv by a->nsplit, one cluster a
+ * (token, KV head) when split and !a->gmerge). */
 int cuda_paged_decode_fits(int D, int G);
 int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, int max_ctx, int grouped, int *nw,
                            int *lm, int *gmerge);

@@ -6,8 +6,6 @@
 
 #include "kernels/paged_decode.cuh"
 
-/* ---- host ------------------------------------------------------------------------ */
-
 static pd_kernel kernel_for(int D, int G, int nw, int lm) {
     switch (D) {
     case 32: return pd_kernel_d32(G, nw, lm);
@@ -16,12 +14,8 @@ static pd_kernel kernel_for(int D, int G, int nw, int lm) {
     default: return pd_kernel_d256(G, nw, lm);
     }
 }
-/* Query heads a kernel instance holds per KV head: 5 is Qwen3-14B's
- * 40 / 8, which padded to 8 took 244 registers a thread (8 warps an SM). */
-static int g_max(int G) { return G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : G <= 5 ? 5 : 8; }
-
 /* Dynamic shared memory of the (G, nw, lm) instance: its ring. */
-static size_t pd_smem_of(int G, int nw, int lm) { return pd_smem(g_max(G), nw, lm); }
+static size_t pd_smem_of(int G, int nw, int lm) { return pd_smem(pd_g_max(G), nw, lm); }
 
 /* How a step's kernel loads its rows (LM above): where the (token, KV
  * head) units are fewer than the SMs, so that the splits of a long
@@ -41,7 +35,7 @@ static int pd_load_mode(const ops_ctx *ctx, long T, int Hkv, int G) {
                  forced);
     if (forced) return forced < 0 ? PD_DIRECT : forced;
     if (T * Hkv >= cuda_sm_count(ctx)) return PD_DIRECT;
-    return g_max(G) <= 2 ? PD_REGS : PD_RING;
+    return pd_g_max(G) <= 2 ? PD_REGS : PD_RING;
 }
 
 int cuda_paged_decode_fits(int D, int G) {
@@ -126,7 +120,7 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
                  forced_merge);
     const int lm = pd_load_mode(ctx, T, Hkv, G);
     *lm_out = lm;
-    if (forced_nw == 4 || (forced_nw > 4 && pd_wide_fits(D, g_max(G), forced_nw, lm == PD_REGS))) {
+    if (forced_nw == 4 || (forced_nw > 4 && pd_wide_fits(D, pd_g_max(G), forced_nw, lm == PD_REGS))) {
         *nw = forced_nw;
         const int gm = forced_merge == 2 && !grouped;
         /* Asked either way: it sets the kernel's limits for the launch. */
@@ -144,12 +138,12 @@ int cuda_paged_decode_plan(const ops_ctx *ctx, long T, int Hkv, int D, int G, in
     static const int widths[] = {8, 16, 4};
     for (int wi = 0; wi < 3; wi++) {
         const int w = widths[wi];
-        if (w > 4 && !pd_wide_fits(D, g_max(G), w, lm == PD_REGS)) continue;
+        if (w > 4 && !pd_wide_fits(D, pd_g_max(G), w, lm == PD_REGS)) continue;
         const pd_kernel k = kernel_for(D, G, w, lm);
         const size_t smem = pd_smem_of(G, w, lm);
         const long cap = pd_cluster_max(ctx, k, w, smem); /* first: it sets the kernel's limits */
         const long slots = (long)cuda_sm_count(ctx) * cuda_kernel_per_sm(ctx, (const void *)k, w * 32, smem);
-        const long step = (long)w * (32 / (D / 8)) * pd_unroll(g_max(G)); /* keys a CTA step */
+        const long step = (long)w * (32 / (D / 8)) * pd_unroll(pd_g_max(G)); /* keys a CTA step */
         const long most = (max_ctx + step - 1) / step;
         long n = slots / units;
         if (n > most) n = most;

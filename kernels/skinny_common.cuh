@@ -8,6 +8,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/skinny_plan.h"
 
 struct sk_args {
     void *c;
@@ -19,18 +20,7 @@ struct sk_args {
 /* C[r, col] = alpha * v + beta * C[r, col] (C not read where beta = 0), one
  * rounding for a bf16 C; columns past N are dropped. */
 __device__ __forceinline__ void sk_store(const sk_args &p, int r, int col, float v) {
-    if (col >= p.N) return;
-    const size_t idx = (size_t)r * p.N + col;
-    float out = p.alpha * v;
-    if (p.c_f32) {
-        float *c = (float *)p.c;
-        if (p.beta != 0.0f) out += p.beta * c[idx];
-        c[idx] = out;
-    } else {
-        bf16 *c = (bf16 *)p.c;
-        if (p.beta != 0.0f) out += p.beta * __bfloat162float(c[idx]);
-        c[idx] = __float2bfloat16_rn(out);
-    }
+    if (col < p.N) store_alpha_beta(p.c, p.c_f32, (size_t)r * p.N + col, v, p.alpha, p.beta);
 }
 
 /* Block `split` of a cluster of p.nsplit sums rows split, split + nsplit,
@@ -67,15 +57,16 @@ static inline sk_args sk_args_make(void *c, int c_f32, const void *a, const void
 
 /* A benchmark's pinned plan (ops.h, ops_tuning) over the chosen *bn and
  * *nsplit (splits at most K / kt; widths 64 and 128, and where wide (the
- * wgmma kernel) 96, 192 and 256), then the K slices of p: an out-of-range
+ * wgmma kernel) any of skinny_plan_widths), then the K slices of p: an out-of-range
  * pin aborts naming its field. */
 static inline void sk_plan_finish(const ops_ctx *ctx, sk_args *p, int kt, int max_split, int wide, int *bn,
                                   int *nsplit) {
     const int forced = ctx->tuning.skinny_splits, forced_bn = ctx->tuning.skinny_bn;
     if (forced < 0 || forced > max_split)
         DK_ABORT("ops_tuning.skinny_splits = %d: expected 0 (chosen) or a count 1..%d", forced, max_split);
-    const int narrow_ok = forced_bn == 0 || forced_bn == 64 || forced_bn == 128;
-    if (!narrow_ok && !(wide && (forced_bn == 96 || forced_bn == 192 || forced_bn == 256)))
+    int ok = forced_bn == 0 || forced_bn == 64 || forced_bn == 128;
+    for (int i = 0; wide && i < SKINNY_PLAN_WIDTHS; i++) ok |= forced_bn == skinny_plan_widths[i];
+    if (!ok)
         DK_ABORT("ops_tuning.skinny_bn = %d: expected 0 (chosen), 64 or 128%s", forced_bn,
                  wide ? " (96, 192 or 256 on the wgmma kernel)" : "");
     if (forced) *nsplit = forced < p->K / kt ? forced : p->K / kt;

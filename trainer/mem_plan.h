@@ -139,17 +139,14 @@ int mem_plan_command(const dk_config *cfg, FILE *out);
  * (DK_ERR_USAGE) when it does not fit. */
 dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
                          const char *gpu_name);
-/* mem_plan_check on the total memory of CUDA device `gpu`, sharded as
- * mem_plan_make_ex says (a run with DK_ZERO=1 at world 1); DK_OK where no
- * GPU answers (context creation reports that). */
-dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
-                                int max_tokens);
-/* The recompute mode a run of cfg creates its model with: train.recompute,
- * or for auto the pick of the memory plan (mem_plan_make_ex) of world
- * ranks, sharded or not, for max_tokens tokens, on CUDA device `gpu`'s
- * total memory (layer where no GPU answers) or on the CPU backend the
- * host's. Prints the pick and why to out (NULL: silent). */
-dk_status mem_plan_recompute(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
-                             int max_tokens, FILE *out, model_recompute *rc);
+/* At the start of a run, before anything is allocated: the recompute mode
+ * its model is created with, train.recompute or auto's pick (printed with
+ * why), from the plan of world ranks, sharded as mem_plan_make_ex says (a
+ * run with DK_ZERO=1 at world 1), for max_tokens tokens, on CUDA device
+ * `gpu`'s total memory, which must hold it (mem_plan_check), or on the CPU
+ * backend the host's. Where no GPU answers, the config's mode (layer for
+ * auto) and DK_OK: context creation reports that. */
+dk_status mem_plan_run_start(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
+                             int max_tokens, model_recompute *rc);
 
 #endif

@@ -123,12 +123,12 @@ int mem_plan_command(const dk_config *cfg, FILE *out) {
     return 1;
 }
 
-static dk_status check_plan(const dk_config *cfg, const model_config *mc, int world, int sharded, int max_tokens,
-                            size_t gpu_bytes, const char *gpu_name) {
-    mem_plan p;
-    DK_TRY(mem_plan_make_ex(&p, cfg, mc, world, sharded, DK_DEVICE_CUDA, gpu_bytes, max_tokens));
-    if (p.fits) return DK_OK;
-    mem_plan_print(&p, stderr);
+/* The plan into *p, and a failure naming gpu_name where it does not fit. */
+static dk_status check_plan(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
+                            int max_tokens, size_t gpu_bytes, const char *gpu_name) {
+    DK_TRY(mem_plan_make_ex(p, cfg, mc, world, sharded, DK_DEVICE_CUDA, gpu_bytes, max_tokens));
+    if (p->fits) return DK_OK;
+    mem_plan_print(p, stderr);
     return dk_fail(DK_ERR_USAGE,
                    "the memory plan above does not fit %s (%.2f GB): lower [train] micro_batch_tokens or [data] "
                    "max_length, set [train] recompute = layer, or run on more ranks (train --plan CONFIG "
@@ -138,35 +138,27 @@ static dk_status check_plan(const dk_config *cfg, const model_config *mc, int wo
 
 dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world, int max_tokens, size_t gpu_bytes,
                          const char *gpu_name) {
-    return check_plan(cfg, mc, world, world > 1, max_tokens, gpu_bytes, gpu_name);
-}
-
-dk_status mem_plan_check_device(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
-                                int max_tokens) {
-    const size_t total = device_total_bytes(gpu);
-    if (!total) return DK_OK; /* no GPU answers: ops_ctx_init reports that */
-    char name[32];
-    snprintf(name, sizeof name, "gpu %d", gpu);
-    return check_plan(cfg, mc, world, sharded, max_tokens, total, name);
-}
-
-dk_status mem_plan_recompute(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
-                             int max_tokens, FILE *out, model_recompute *rc) {
-    *rc = cfg->train.recompute;
-    if (*rc != DK_RECOMPUTE_AUTO) return DK_OK;
-    const dk_device device = cfg->run.device;
-    size_t bytes = 0;
-    if (device == DK_DEVICE_CUDA) bytes = device_total_bytes(gpu);
-    else bytes = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
-    if (!bytes) {
-        *rc = MODEL_RECOMPUTE_LAYER; /* no device answers: the least memory; context creation reports why */
-        return DK_OK;
-    }
     mem_plan p;
-    DK_TRY(mem_plan_make_ex(&p, cfg, mc, world, sharded, device, bytes, max_tokens));
+    return check_plan(&p, cfg, mc, world, world > 1, max_tokens, gpu_bytes, gpu_name);
+}
+
+dk_status mem_plan_run_start(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
+                             int max_tokens, model_recompute *rc) {
+    const int is_auto = cfg->train.recompute == DK_RECOMPUTE_AUTO;
+    *rc = is_auto ? MODEL_RECOMPUTE_LAYER : cfg->train.recompute; /* where no memory size answers */
+    const int cuda = cfg->run.device == DK_DEVICE_CUDA;
+    const size_t bytes = cuda ? device_total_bytes(gpu) : (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    if (!bytes || (!cuda && !is_auto)) return DK_OK; /* no GPU answers: ops_ctx_init reports that */
+    mem_plan p;
+    if (cuda) {
+        char name[32];
+        snprintf(name, sizeof name, "gpu %d", gpu);
+        DK_TRY(check_plan(&p, cfg, mc, world, sharded, max_tokens, bytes, name));
+    } else {
+        DK_TRY(mem_plan_make_ex(&p, cfg, mc, world, sharded, DK_DEVICE_CPU, bytes, max_tokens));
+    }
     *rc = p.recompute;
-    if (out)
-        fprintf(out, "recompute = auto: %s on %.2f GB (%s)\n", recompute_name(p.recompute), gb(bytes),
-                p.recompute_why);
+    if (is_auto)
+        printf("recompute = auto: %s on %.2f GB (%s)\n", recompute_name(p.recompute), gb(bytes), p.recompute_why);
     return DK_OK;
 }

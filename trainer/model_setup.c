@@ -58,11 +58,8 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     r->sharded = trains && (world > 1 || (force && !strcmp(force, "1")));
     if (cfg->run.device == DK_DEVICE_CPU) DK_TRY(check_fits(cfg, &mc, scratch, max_tokens, r->sharded, world));
     DK_TRY(run_setup_device(r, cfg, scratch));
-    const int plan_world = r->sharded ? world : 1;
-    if (cfg->run.device == DK_DEVICE_CUDA)
-        DK_TRY(mem_plan_check_device(cfg, &mc, r->ctx.gpu, plan_world, r->sharded, max_tokens));
+    DK_TRY(mem_plan_run_start(cfg, &mc, r->ctx.gpu, r->sharded ? world : 1, r->sharded, max_tokens, &r->recompute));
     r->max_tokens = max_tokens;
-    DK_TRY(mem_plan_recompute(cfg, &mc, r->ctx.gpu, plan_world, r->sharded, max_tokens, stdout, &r->recompute));
     DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, max_tokens, r->recompute, !r->sharded));
     r->model_ready = 1;
     r->training = 1;

@@ -22,13 +22,9 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "tools/bench/bench_stats.h"
 
 #define PEAK_TFLOPS 800.0 /* measured bf16 8192^3 GEMM on the H200 (issue 3) */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Fast uniform(-1, 1) fill; the values only need to be ordinary. */
 static void fill_uniform(float *x, size_t n, uint64_t seed) {
@@ -70,7 +66,7 @@ static double time_ms(void (*fn)(attn_args *), attn_args *a, int iters) {
         ops_sync(a->ctx);
         t[r] = (dk_now() - t0) * 1e3 / iters;
     }
-    qsort(t, 7, sizeof t[0], cmp_double);
+    qsort(t, 7, sizeof t[0], bench_cmp_double);
     return t[3];
 }
 

@@ -69,6 +69,7 @@
 #include "tools/bench/bench_bandwidth.h"
 #include "tools/bench/bench_shapes.h"
 #include "tools/bench/bench_weights.h"
+#include "tools/bench/bench_stats.h"
 
 
 #define HF_ANCHOR_TPS 723.0
@@ -472,22 +473,9 @@ static void chain_table(model *m, int B, int ctx_len) {
 
 /* ---- 1 and 2: the engine's throughput and latency ---------------------------------- */
 
-/* Sections 1 and 2 on engine e; tag names the launch mode in the headers. */
 /* Runs of each timed section of bench_engine; a figure is their median,
  * printed with its spread (min-max), as runs on a shared GPU vary. */
 #define BENCH_RUNS 3
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(const double *v, int n) {
-    double s[16];
-    for (int i = 0; i < n; i++) s[i] = v[i];
-    qsort(s, (size_t)n, sizeof s[0], cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 
 /* "median (min-max)" of v in fmt, as a value to print. */
 typedef struct {
@@ -497,7 +485,7 @@ static spread_text spread_of(const double *v, int n, const char *fmt) {
     double lo = v[0], hi = v[0];
     for (int i = 1; i < n; i++) lo = v[i] < lo ? v[i] : lo, hi = v[i] > hi ? v[i] : hi;
     char a[32], b[32], c[32];
-    snprintf(a, sizeof a, fmt, median_of(v, n));
+    snprintf(a, sizeof a, fmt, bench_median(v, n));
     snprintf(b, sizeof b, fmt, lo);
     snprintf(c, sizeof c, fmt, hi);
     spread_text t;
@@ -505,6 +493,7 @@ static spread_text spread_of(const double *v, int n, const char *fmt) {
     return t;
 }
 
+/* Sections 1 and 2 on engine e; tag names the launch mode in the headers. */
 static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KVT, double bw, double hf_tps,
                          double hf_static_tps, int quick, const char *tag) {
     /* Warm-up: builds every matmul plan and decode graph the runs below use. */
@@ -550,7 +539,7 @@ static void bench_engine(gen_engine *e, ops_ctx *ctx, int V, double W, double KV
             step_ms[r] = (d - b) / (double)steps * 1e3, roof_pct[r] = 100.0 * roof / (d - b);
             for (int i = 0; i < B; i++) gen_seq_free(e, s[i]);
         }
-        const double hf = hf_tps > 0.0 ? hf_tps : HF_ANCHOR_TPS, med = median_of(tps, BENCH_RUNS);
+        const double hf = hf_tps > 0.0 ? hf_tps : HF_ANCHOR_TPS, med = bench_median(tps, BENCH_RUNS);
         printf("\n[batch 64, prompt 512, 256 new tokens%s, %d runs: median (min-max)]%s\n", tag, BENCH_RUNS,
                ok ? "" : "  (WARNING: some sequences stopped early)");
         printf("  prefill %s tokens/s; decode %s ms/step\n", spread_of(pre_tps, BENCH_RUNS, "%.0f").s,

@@ -23,13 +23,9 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "tools/bench/bench_stats.h"
 
 #define PEAK_TFLOPS 800.0 /* measured bf16 8192^3 GEMM on the H200 (issue 3) */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void fill_uniform(float *x, size_t n, uint64_t seed, float amp) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -68,7 +64,7 @@ static double time_ms(void (*fn)(lm_args *), lm_args *a, int reps) {
         ops_sync(a->ctx);
         t[r] = (dk_now() - t0) * 1e3;
     }
-    qsort(t, reps, sizeof t[0], cmp_double);
+    qsort(t, reps, sizeof t[0], bench_cmp_double);
     return t[reps / 2];
 }
 

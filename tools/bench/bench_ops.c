@@ -35,6 +35,7 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "tools/bench/bench_stats.h"
 
 #define MAX_CASES 80
 
@@ -56,11 +57,6 @@ static void check_cuda(cudaError_t e, const char *what) {
         fprintf(stderr, "bench_ops: %s: %s\n", what, cudaGetErrorString(e));
         exit(1);
     }
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* ---- buffers ------------------------------------------------------------------------ */
@@ -121,7 +117,7 @@ static double time_us_calls(bench_fn fn, void *arg, int reps, int calls) {
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
     double med = t[reps / 2];
     free(t);
     return med;

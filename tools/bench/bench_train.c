@@ -76,6 +76,7 @@
 #include "model/model.h"
 #include "tools/bench/bench_shapes.h"
 #include "tools/bench/bench_weights.h"
+#include "tools/bench/bench_stats.h"
 
 #define PEAK_TFLOPS 989.0 /* H200 dense bf16, datasheet */
 #define TARGET_RATIO 1.3
@@ -150,11 +151,6 @@ static double step_flops(const model *m, int B, int S) {
     const double tokens = (double)B * S, hq = (double)c->n_heads * c->head_dim;
     return 6.0 * n_nonembedding(m) * tokens + 6.0 * (double)c->hidden_size * c->vocab_size * tokens +
            4.0 * B * (double)S * S * hq * c->n_layers / 2.0 * 3.0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* One configuration: plan, initialise, warm up, time; everything freed at
@@ -234,7 +230,7 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
 
     double total = 0.0;
     for (int i = warmup; i < warmup + steps; i++) total += times[i];
-    qsort(times + warmup, (size_t)steps, sizeof(double), cmp_double);
+    qsort(times + warmup, (size_t)steps, sizeof(double), bench_cmp_double);
     r->label = sh->name;
     r->recompute = recompute;
     snprintf(r->key, sizeof r->key, "%s%s", sh->name, recompute ? "-gc" : "");
