@@ -31,8 +31,19 @@ stamp=.venv/.drkernel-deps
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${py_pkgs[*]}" ]; then
   echo "install-deps: python venv .venv: ${py_pkgs[*]}"
   [ -x .venv/bin/python ] || python3 -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q "${py_pkgs[@]}"
+  pip=(.venv/bin/python -m pip)
+  # torch pulls ~3 GB of CUDA wheels from PyPI; a dropped connection midway
+  # must cost a resume, not the whole install. Completed wheels stay in pip's
+  # cache, so each further attempt only fetches what is still missing.
+  net=(--retries 10 --timeout 120)
+  "${pip[@]}" install -q "${net[@]}" --upgrade pip >/dev/null
+  "${pip[@]}" install --help | grep -q -- --resume-retries && net+=(--resume-retries 50)
+  for attempt in 1 2 3 4; do
+    "${pip[@]}" install -q "${net[@]}" "${py_pkgs[@]}" && break
+    [ "$attempt" -eq 4 ] && { echo "install-deps: pip failed 4 times, giving up" >&2; exit 1; }
+    echo "install-deps: pip attempt $attempt failed; retrying in $((attempt * 20)) s" >&2
+    sleep $((attempt * 20))
+  done
   echo "${py_pkgs[*]}" > "$stamp"
 fi
 echo "install-deps: ok"
