@@ -501,6 +501,8 @@ static void bwd_launch(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *d
                        const bf16 *v, const bf16 *out, const float *lse, float *dvec, const int32_t *cu, int n_seqs,
                        int T, int Hq, int Hkv, float scale) {
     using cfg = bwd_cfg<D>;
+    if (ctx->tuning.attn_bwd < 0 || ctx->tuning.attn_bwd > 2)
+        DK_ABORT("ops_tuning.attn_bwd = %d: expected 0, 1 or 2", ctx->tuning.attn_bwd);
     cudaStream_t st = ctx_stream(ctx);
     const float scale_log2 = scale * LOG2E_F;
     const size_t rows = (size_t)T * Hq;

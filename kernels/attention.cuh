@@ -104,6 +104,18 @@ __device__ __forceinline__ int2 find_tile(const int32_t *cu, int n_seqs, int idx
     return make_int2(-1, 0);
 }
 
+/* How many tile entries (ceil(len / tile) per sequence) the sequences
+ * before `seq` have: the first entry of `seq` in find_tile's numbering.
+ * Every lane of the warp calls it. */
+__device__ __forceinline__ int tile_entry_first(const int32_t *cu, int seq, int tile) {
+    const int lane = threadIdx.x & 31;
+    int sum = 0;
+    for (int s = lane; s < seq; s += 32) sum += (cu[s + 1] - cu[s] + tile - 1) / tile;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    return sum;
+}
+
 /* Where a block of the forward or of the dQ pass works. Blocks are numbered
  * (tile entry, query head) with the head fastest, so the query heads that
  * share a kv head run side by side; within a sequence the heaviest tile (the
@@ -135,6 +147,7 @@ __device__ __forceinline__ bool attn_qtile_find(attn_qtile &t, const int32_t *cu
  * order, each over its per_head query tiles from m_first (the diagonal) on. */
 struct attn_ktile {
     int kvh, off, L, n0;
+    int seq;                    /* the sequence, and the key tile's index in it: n0 / BN */
     int m_first, per_head, steps;
 };
 template <int BM, int BN>
@@ -144,6 +157,7 @@ __device__ __forceinline__ bool attn_ktile_find(attn_ktile &t, const int32_t *cu
     if (loc.x < 0) return false;
     t.off = cu[loc.x];
     t.L = cu[loc.x + 1] - t.off;
+    t.seq = loc.x;
     t.n0 = loc.y * BN;
     t.m_first = t.n0 / BM;
     t.per_head = (t.L + BM - 1) / BM - t.m_first;

@@ -284,6 +284,73 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 #define BW_OWN 128   /* rows a block owns: keys (dK / dV pass), queries (dQ pass) */
 
 
+#ifndef WG_NO_WGMMA
+/* The key-block kernels' producer, one step: the (Q, dO) tiles of query
+ * head hq from row m0 by TMA (thread 0) and their lse / Dvec rows by
+ * cp.async (warps 1 and 2, one value a lane) into stage s of the rows at
+ * sLD, all counted on the stage's full barrier. */
+template <int BM, int D>
+__device__ __forceinline__ void bw_load_step(uint32_t cQ, uint32_t cdO, uint32_t sLD, int s, uint32_t full,
+                                             const CUtensorMap *map_q, const CUtensorMap *map_do, const float *lse,
+                                             const float *dvec, int hq, int m0, int off, int L, int T, int tid,
+                                             int warp) {
+    if (tid == 0) {
+        mbar_expect(full, 2 * BM * D * 2);
+        tma_tile<BM, D>(cQ, map_q, hq * D, off + m0, full);
+        tma_tile<BM, D>(cdO, map_do, hq * D, off + m0, full);
+    }
+    if (warp == 1 || warp == 2) {
+        const int r = tid - 32, row = m0 + r;
+        const bool ok = row < L;
+        const size_t at = (size_t)hq * T + off + (ok ? row : 0);
+        const uint32_t dst = sLD + (s * 2 * BM + r) * 4;
+        cp_async4(dst, lse + at, ok);
+        cp_async4(dst + BM * 4, dvec + at, ok);
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full) : "memory");
+    }
+}
+
+/* S^T = K Q^T and dP^T = V dO^T of a warpgroup's 64 keys (ka, va) and the
+ * step's BM queries, all operands K-major from shared memory; waited for. */
+template <int BM, int BN, int D>
+__device__ __forceinline__ void bw_sdp(float (&s)[BM / 8][4], float (&dp)[BM / 8][4], uint32_t ka, uint32_t va,
+                                       uint32_t cQ, uint32_t cdO) {
+    reg_fence(s);
+    reg_fence(dp);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BN>(ka, kk), desc_k<BM>(cQ, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BN>(va, kk), desc_k<BM>(cdO, kk), kk > 0);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(s);
+    reg_fence(dp);
+}
+
+/* Issues dV += P^T dO and dK += dS^T Q (dO and Q MN-major) from P^T in s
+ * and dS^T in dp, packed into pa and da, which must live until the caller
+ * has waited for the products. */
+template <int BM, int D>
+__device__ __forceinline__ void bw_issue_dvdk(float (&dV)[D / 8][4], float (&dK)[D / 8][4], const float (&s)[BM / 8][4],
+                                              const float (&dp)[BM / 8][4], uint32_t (&pa)[BM / 16][4],
+                                              uint32_t (&da)[BM / 16][4], uint32_t cQ, uint32_t cdO) {
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++) {
+        acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+        acc_to_a(da[kk], dp[2 * kk], dp[2 * kk + 1]);
+    }
+    reg_fence(dV);
+    reg_fence(dK);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++) wg_rs_nd<D>(dV, pa[kk], desc_mn<BM>(cdO, kk));
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++) wg_rs_nd<D>(dK, da[kk], desc_mn<BM>(cQ, kk));
+    wg_commit();
+}
+#endif /* !WG_NO_WGMMA */
+
 /* dK, dV: a block owns BW_OWN keys of one kv head (consumer warpgroup c:
  * keys 64c..64c+63, warp w of it 16 more) and walks the group's query heads,
  * each over its query tiles of BW_STEP rows from the first one that sees
@@ -340,20 +407,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             const int s = i % ST, use = i / ST;
             const int hq = kvh * group + i / per_head, m0 = (m_first + i % per_head) * BM;
             stage_wait_empty(bar_e + 8 * s, use);
-            if (tid == 0) {
-                mbar_expect(bar_f + 8 * s, 2 * QTILE);
-                tma_tile<BM, D>(sQ + s * QTILE, &map_q, hq * D, off + m0, bar_f + 8 * s);
-                tma_tile<BM, D>(sdO + s * QTILE, &map_do, hq * D, off + m0, bar_f + 8 * s);
-            }
-            if (warp == 1 || warp == 2) {
-                const int r = tid - 32, row = m0 + r;
-                const bool ok = row < L;
-                const size_t at = (size_t)hq * T + off + (ok ? row : 0);
-                const uint32_t dst = sLD + (s * 2 * BM + r) * 4;
-                cp_async4(dst, lse + at, ok);
-                cp_async4(dst + BM * 4, dvec + at, ok);
-                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar_f + 8 * s) : "memory");
-            }
+            bw_load_step<BM, D>(sQ + s * QTILE, sdO + s * QTILE, sLD, s, bar_f + 8 * s, &map_q, &map_do,
+                                lse, dvec, hq, m0, off, L, T, tid, warp);
         }
         return;
     }
@@ -382,18 +437,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             tile_zero_tail<BM, D>(cdO, L - m0, ctid, wg);
         }
 
-        /* S^T = K Q^T and dP^T = V dO^T, both operands K-major from shared memory. */
-        reg_fence(s);
-        reg_fence(dp);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(s, desc_k<BN>(ka, kk), desc_k<BM>(cQ, kk), kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) wg_ss_n64(dp, desc_k<BN>(va, kk), desc_k<BM>(cdO, kk), kk > 0);
-        wg_commit();
-        wg_wait<0>();
-        reg_fence(s);
-        reg_fence(dp);
+        bw_sdp<BM, BN, D>(s, dp, ka, va, cQ, cdO);
 
         /* P^T, then dS^T = P^T (dP^T - Dvec); masked where the tile meets
          * these keys' diagonal or the sequence's end. */
@@ -401,21 +445,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         strip_dkdv_p(s, cL, edge, n0 + krow, m0, L, g, t4, scale_log2);
         strip_dkdv_ds(s, dp, cD, t4);
 
-        /* dV += P^T dO and dK += dS^T Q, dO and Q MN-major. */
         uint32_t pa[BM / 16][4], da[BM / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) {
-            acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-            acc_to_a(da[kk], dp[2 * kk], dp[2 * kk + 1]);
-        }
-        reg_fence(dV);
-        reg_fence(dK);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) wg_rs_nd<D>(dV, pa[kk], desc_mn<BM>(cdO, kk));
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++) wg_rs_nd<D>(dK, da[kk], desc_mn<BM>(cQ, kk));
-        wg_commit();
+        bw_issue_dvdk<BM, D>(dV, dK, s, dp, pa, da, cQ, cdO);
         wg_wait<0>();
         reg_fence(dV);
         reg_fence(dK);
@@ -535,6 +566,256 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
 #endif
 }
 
+/* ---- one-pass backward (ops_tuning.attn_bwd = 2) -------------------------------------------
+ * The dK / dV kernel above, which also adds each step's share of dQ: five
+ * products a step where the two passes make seven (the dQ pass recomputes
+ * S and dP). After dS^T of its 128 keys for the step's 64 queries, each
+ * consumer warpgroup stores its 64 key rows of it as bf16 [keys, queries]
+ * in shared memory; once both have (a named barrier), that tile is the
+ * MN-major A operand of share = dS K, of which each warpgroup multiplies
+ * its half of the head dim (64 columns; B = its 64-column block of the K
+ * tile, MN-major). The share goes to shared memory in the accumulator's own
+ * register order (float4 j of thread t of warpgroup c at (8c + j) * 128 + t,
+ * conflict-free) and from there, in one bulk copy by a writer thread of the
+ * producer warpgroup, into an fp32 accumulator in ctx->scratch laid out the
+ * same way per (query head, 64-row tile entry). attn_bwd_dq_unpack then
+ * scales it into dq.
+ *
+ * Determinism: a query tile's shares are added in the order of their key
+ * tiles, 0 first, whatever the timing. A flag per (query head, tile entry)
+ * counts the shares in; the writer of key tile n waits until it reads n,
+ * adds its share (key tile 0 stores, so the accumulator needs no clearing),
+ * waits for the copy's writes and raises the flag. The blocks of a
+ * sequence's lower key tiles have lower block indices and so were started
+ * first: none waits on a block that cannot start. Every block walks its
+ * query tiles from the sequence's last one down, the group's query heads
+ * inside each tile, so the blocks of one sequence and kv head that run at
+ * once meet each (head, tile) at the same step, the lower key tile just
+ * ahead; walking up from the diagonal instead would start key tile n two
+ * tiles behind n - 1 and make each wait on the last.
+ *
+ * Keys past the sequence's end meet only masked scores, but the K and V
+ * rows TMA brought there may hold anything (0 * NaN is NaN, and dQ sums
+ * over those key rows), so the consumers zero them once at the start.
+ *
+ * Head dim 128 only: the halves of the head dim are the two warpgroups'. */
+#define B1_BAR_DS 5 /* named barrier: both consumer warpgroups have stored dS^T */
+
+#ifndef WG_NO_WGMMA
+/* Zeroes rows from .. to - 1 of a swizzled [ROWS, D] tile, by the 128
+ * threads of one warpgroup, visible to the async proxy after the caller's
+ * barrier. */
+template <int ROWS, int D>
+__device__ __forceinline__ void tile_zero_rows(uint32_t tile, int from, int to, int ctid) {
+    for (int i = ctid; i < (to - from) * (D / 8); i += 128) {
+        const int r = from + i / (D / 8), c = i % (D / 8);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + sw_off<ROWS>(r, c)), "r"(0) : "memory");
+    }
+    fence_async_smem();
+}
+#endif /* !WG_NO_WGMMA */
+
+template <int D>
+__global__ void __launch_bounds__(FW_THREADS, 1)
+    attn_bwd_fused_ws(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
+                      int *__restrict__ dq_flag, int n_entries, const __grid_constant__ CUtensorMap map_q,
+                      const __grid_constant__ CUtensorMap map_do, const __grid_constant__ CUtensorMap map_k,
+                      const __grid_constant__ CUtensorMap map_v, const float *__restrict__ lse,
+                      const float *__restrict__ dvec, const int32_t *__restrict__ cu, int n_seqs, int T, int Hq,
+                      int Hkv, float scale, float scale_log2) {
+#ifdef WG_NO_WGMMA
+    __trap();
+#else
+    static_assert(D == 128, "each consumer warpgroup owns one 64-column half of the head dim");
+    constexpr int BM = BW_STEP, BN = BW_OWN, ST = BW_STAGES, NT = BM / 8;
+    constexpr int KTILE = BN * D * 2, QTILE = BM * D * 2, DSTILE = BN * BM * 2, DQTILE = BM * D * 4;
+    /* K, V, stages of Q, stages of dO, two dS^T tiles, the dQ share, stages
+     * of lse and Dvec rows, mbarriers (K and V; full[ST]; empty[ST]; share
+     * full; share empty). */
+    const uint32_t sK = smem_base(), sV = sK + KTILE, sQ = sV + KTILE, sdO = sQ + ST * QTILE;
+    const uint32_t sDS = sdO + ST * QTILE, sDQ = sDS + 2 * DSTILE, sLD = sDQ + DQTILE, bars = sLD + ST * 2 * BM * 4;
+    const uint32_t bar_kv = bars, bar_f = bars + 8, bar_e = bar_f + 8 * ST, bar_qf = bar_e + 8 * ST,
+                   bar_qe = bar_qf + 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const float *sL = (const float *)(smem_raw + (sLD - smem_addr(smem_raw)));
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    attn_ktile tk;
+    if (!attn_ktile_find<BM, BN>(tk, cu, n_seqs, Hq, Hkv)) return;
+    const int kvh = tk.kvh, off = tk.off, L = tk.L, n0 = tk.n0, group = Hq / Hkv, steps = tk.steps;
+    const int last_tile = tk.m_first + tk.per_head - 1; /* the sequence's last query tile */
+    /* Step i: query tile last_tile - i / group of query head kvh * group + i % group. */
+
+    if (tid == 0) {
+        mbar_init(bar_kv, 1);
+        for (int s = 0; s < ST; s++) {
+            mbar_init(bar_f + 8 * s, 1 + 64); /* the TMA thread, 64 lse / Dvec lanes */
+            mbar_init(bar_e + 8 * s, 8);
+        }
+        mbar_init(bar_qf, 8); /* one arrival per consumer warp */
+        mbar_init(bar_qe, 1); /* the writer */
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp < 4) {
+        /* ---- producer: TMA thread, lse / Dvec warps, dQ writer ---- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid == 0) {
+            mbar_expect(bar_kv, 2 * KTILE);
+            tma_tile<BN, D>(sK, &map_k, kvh * D, off + n0, bar_kv);
+            tma_tile<BN, D>(sV, &map_v, kvh * D, off + n0, bar_kv);
+        }
+        if (warp == 3) {
+            const int first = tile_entry_first(cu, tk.seq, BM), kt = n0 / BN;
+            if (lane != 0) return;
+            for (int i = 0; i < steps; i++) {
+                const int hq = kvh * group + i % group, mt = last_tile - i / group;
+                const size_t e = (size_t)hq * n_entries + first + mt;
+                float *dst = dq_acc + e * (BM * D);
+                mbar_wait(bar_qf, i & 1);
+                if (kt > 0) {
+                    while (flag_load_acquire(dq_flag + e) != kt) __nanosleep(64);
+                    fence_async_global();
+                    bulk_reduce_add_f32(dst, sDQ, DQTILE);
+                } else {
+                    bulk_store(dst, sDQ, DQTILE);
+                }
+                bulk_commit();
+                bulk_wait_read();
+                mbar_arrive(bar_qe);
+                bulk_wait();
+                fence_async_global();
+                flag_add_release(dq_flag + e, 1);
+            }
+            return;
+        }
+        if (warp == 0 && lane != 0) return;
+        for (int i = 0; i < steps; i++) {
+            const int s = i % ST, use = i / ST;
+            const int hq = kvh * group + i % group, m0 = (last_tile - i / group) * BM;
+            stage_wait_empty(bar_e + 8 * s, use);
+            bw_load_step<BM, D>(sQ + s * QTILE, sdO + s * QTILE, sLD, s, bar_f + 8 * s, &map_q, &map_do,
+                                lse, dvec, hq, m0, off, L, T, tid, warp);
+        }
+        return;
+    }
+
+    /* ---- consumers ---- */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = warp - 4, wg = cw >> 2, ctid = tid - 128 - wg * 128;
+    const int krow = wg * 64 + (cw & 3) * 16, g = lane >> 2, t4 = lane & 3;
+    const uint32_t ka = sK + wg * 64 * 128, va = sV + wg * 64 * 128; /* this warpgroup's 64 keys */
+    const uint32_t kh = sK + wg * BN * 128; /* this warpgroup's 64 columns of K, all its keys */
+
+    float dK[D / 8][4], dV[D / 8][4], s[NT][4], dp[NT][4], dq[8][4];
+    zero(dK);
+    zero(dV);
+    zero(s);
+    zero(dp);
+    zero(dq);
+
+    mbar_wait(bar_kv, 0);
+    if (n0 + BN > L) {
+        const int from = max(L - n0, wg * 64), to = wg * 64 + 64;
+        if (from < to) {
+            tile_zero_rows<BN, D>(sK, from, to, ctid);
+            tile_zero_rows<BN, D>(sV, from, to, ctid);
+        }
+        named_sync(FW_BAR_PING + 2 + wg, 128);
+    }
+
+    for (int i = 0; i < steps; i++) {
+        const int st = i % ST, m0 = (last_tile - i / group) * BM;
+        const uint32_t cQ = sQ + st * QTILE, cdO = sdO + st * QTILE, cS = sDS + (i & 1) * DSTILE;
+        const float *cL = sL + st * 2 * BM, *cD = cL + BM;
+        mbar_wait(bar_f + 8 * st, (i / ST) & 1);
+        if (m0 + BM > L) {
+            tile_zero_tail<BM, D>(cQ, L - m0, ctid, wg);
+            tile_zero_tail<BM, D>(cdO, L - m0, ctid, wg);
+        }
+
+        bw_sdp<BM, BN, D>(s, dp, ka, va, cQ, cdO);
+
+        const bool edge = (m0 < n0 + BN) || (m0 + BM > L);
+        strip_dkdv_p(s, cL, edge, n0 + krow, m0, L, g, t4, scale_log2);
+        strip_dkdv_ds(s, dp, cD, t4);
+
+        /* dS^T into this step's [keys, queries] tile: row = key, the
+         * 16-byte chunk j = queries 8j .. 8j + 7. */
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(cS + sw_off<BN>(krow + g + 8 * r, j) + t4 * 4),
+                             "r"(pack_bf16(dp[j][2 * r], dp[j][2 * r + 1]))
+                             : "memory");
+        fence_async_smem();
+
+        uint32_t pa[BM / 16][4], da[BM / 16][4];
+        bw_issue_dvdk<BM, D>(dV, dK, s, dp, pa, da, cQ, cdO);
+
+        /* share = dS K over all 128 keys, once both halves of dS^T are in:
+         * A = the dS^T tile read MN-major, B = K read MN-major. */
+        named_sync(B1_BAR_DS, 256);
+        reg_fence(dq);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) wg_ss_n64t<1, 1>(dq, desc_mn<BN>(cS, kk), desc_mn<BN>(kh, kk), kk > 0);
+        wg_commit();
+        wg_wait<0>();
+        reg_fence(dV);
+        reg_fence(dK);
+        reg_fence(dq);
+        stage_release(bar_e + 8 * st);
+
+        /* The share to the writer, once it has copied out the last one. */
+        stage_wait_empty(bar_qe, i);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(sDQ + ((wg * 8 + j) * 128 + ctid) * 16),
+                         "f"(dq[j][0]), "f"(dq[j][1]), "f"(dq[j][2]), "f"(dq[j][3])
+                         : "memory");
+        fence_async_smem();
+        stage_release(bar_qf);
+    }
+
+    strip_store_dkdv(dk, dv, dK, dV, n0 + krow, off, L, (size_t)Hkv * D, kvh, g, t4, scale);
+#endif
+}
+
+/* dq = scale * the one-pass accumulator: a block per (64-row tile entry,
+ * query head) reads the [64, D] tile in the consumers' register order,
+ * puts it in row order in shared memory and writes the rows inside the
+ * sequence as bf16, 16 bytes a thread. */
+template <int D>
+__global__ void __launch_bounds__(256) attn_bwd_dq_unpack(bf16 *__restrict__ dq, const float *__restrict__ dq_acc,
+                                                          int n_entries, const int32_t *__restrict__ cu, int n_seqs,
+                                                          int Hq, float scale) {
+    constexpr int BM = BW_STEP, PITCH = D + 8; /* 8 floats of padding: the float2 stores below spread over banks */
+    __shared__ __align__(16) float tile[BM * PITCH];
+    const int2 loc = find_tile(cu, n_seqs, blockIdx.x, BM);
+    if (loc.x < 0) return;
+    const int off = cu[loc.x], L = cu[loc.x + 1] - off, m0 = loc.y * BM, h = blockIdx.y;
+    const float4 *src = (const float4 *)(dq_acc + ((size_t)h * n_entries + blockIdx.x) * (BM * D));
+    for (int f = threadIdx.x; f < BM * D / 4; f += 256) {
+        const float4 v = src[f];
+        const int t = f & 127, j = (f >> 7) & 7, half = f >> 10, l = t & 31;
+        const int r = (t >> 5) * 16 + (l >> 2), col = half * 64 + j * 8 + (l & 3) * 2;
+        *(float2 *)&tile[r * PITCH + col] = make_float2(v.x, v.y);
+        *(float2 *)&tile[(r + 8) * PITCH + col] = make_float2(v.z, v.w);
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < BM * D / 8; c += 256) {
+        const int r = c / (D / 8), q8 = c % (D / 8);
+        if (m0 + r >= L) continue;
+        const float4 a = *(const float4 *)&tile[r * PITCH + q8 * 8], b = *(const float4 *)&tile[r * PITCH + q8 * 8 + 4];
+        const uint4 o = make_uint4(pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale),
+                                   pack_bf16(b.x * scale, b.y * scale), pack_bf16(b.z * scale, b.w * scale));
+        *(uint4 *)(dq + (size_t)(off + m0 + r) * Hq * D + (size_t)h * D + q8 * 8) = o;
+    }
+}
+
 /* ---- host side ------------------------------------------------------------------------ */
 
 int attn_wgmma_ok(const ops_ctx *ctx) {
@@ -563,10 +844,48 @@ static void fwd_ws(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf1
     CUDA_LAUNCH_CHECK();
 }
 
+/* The one-pass backward at head dim 128 (see attn_bwd_fused_ws), its flags
+ * and accumulator in ctx->scratch after dvec (ops_attention_backward_scratch
+ * says where). */
+static void bwd_fused(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
+                      const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
+                      int Hkv, float scale) {
+    constexpr int D = 128, own = BW_OWN, step = BW_STEP, nst = BW_STAGES;
+    cudaStream_t st = ctx_stream(ctx);
+    const int entries = (T + step - 1) / step + n_seqs;
+    const size_t acc_bytes = (size_t)Hq * entries * step * D * sizeof(float);
+    char *base = (char *)ctx->scratch;
+    int *flags = (int *)(base + ops_attention_backward_scratch(T, n_seqs, Hq, D, 0));
+    float *acc = (float *)(base + ops_attention_backward_scratch(T, n_seqs, Hq, D, 1) - acc_bytes);
+    CUDA_CHECK(cudaMemsetAsync(flags, 0, (size_t)Hq * entries * sizeof(int), st));
+    /* K and V, stages of (Q, dO), two dS^T tiles, the dQ share, stages of
+     * (lse, Dvec), mbarriers, alignment slack. */
+    const size_t smem = (size_t)(2 * own + 2 * nst * step) * D * 2 + (size_t)2 * own * step * 2 +
+                        (size_t)step * D * 4 + (size_t)nst * 2 * step * 4 + 8 * (1 + 2 * nst + 2) + 1024;
+    wg_smem(attn_bwd_fused_ws<D>, smem);
+    const CUtensorMap mq = tmap_rows(q, Hq * D, T, step), mdo = tmap_rows(dout, Hq * D, T, step),
+                      mk = tmap_rows(k, Hkv * D, T, own), mv = tmap_rows(v, Hkv * D, T, own);
+    attn_bwd_fused_ws<D><<<wg_grid(T, n_seqs, own, Hkv), FW_THREADS, smem, st>>>(
+        dk, dv, acc, flags, entries, mq, mdo, mk, mv, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale, scale * LOG2E_F);
+    CUDA_LAUNCH_CHECK();
+    attn_bwd_dq_unpack<D><<<dim3((unsigned)entries, (unsigned)Hq), 256, 0, st>>>(dq, acc, entries, cu, n_seqs, Hq,
+                                                                                 scale);
+    CUDA_LAUNCH_CHECK();
+}
+
 template <int D>
 static void bwd_ws(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
                    const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
                    int Hkv, float scale) {
+    if constexpr (D == 128) {
+        /* One pass where asked for and where its accumulator fits the
+         * scratch behind dvec (cuda_attention_backward puts dvec first). */
+        if (ctx->tuning.attn_bwd == 2 && dvec == (const float *)ctx->scratch && is_aligned16(dq) &&
+            ops_attention_backward_scratch(T, n_seqs, Hq, D, 1) <= ctx->scratch_size) {
+            bwd_fused(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale);
+            return;
+        }
+    }
     cudaStream_t st = ctx_stream(ctx);
     const float sl2 = scale * LOG2E_F;
     const int own = BW_OWN, step = BW_STEP, nst = BW_STAGES;

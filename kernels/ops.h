@@ -61,6 +61,12 @@ typedef struct ops_tuning {
      * can on the wgmma kernel (matmul_skinny_wgmma.cu; sm_90 only, as 1
      * elsewhere), -1 none (cuBLASLt, with its fp32 detour for a long K). */
     int skinny_use;
+    /* The Hopper attention backward at head_dim 128: 0 chosen (today the
+     * two passes), 1 two passes (dK / dV, then dQ recomputing S and dP), 2
+     * one pass that adds dQ up through ctx->scratch in a fixed order
+     * (attention_wgmma.cu), two passes where the GPU, head_dim, alignment
+     * or scratch does not allow it. */
+    int attn_bwd;
     /* ops_paged_attention's kernel (ops_paged_kernel): OPS_PAGED_AUTO
      * chosen per call. A pinned kernel that cannot serve a call gives way:
      * head dims other than 32, 64, 128, 256 or unaligned buffers take the
@@ -165,6 +171,19 @@ const char *ops_device_name(dk_device d);
 size_t ops_mem_bytes(ops_ctx *ctx);
 size_t ops_mem_peak(ops_ctx *ctx);
 void ops_mem_peak_reset(ops_ctx *ctx);
+/* Scratch bytes ops_attention_backward takes on CUDA: Dvec (Hq * T
+ * floats), and with one_pass also the flags and fp32 dQ accumulator of the
+ * one-pass Hopper backward (ops_tuning.attn_bwd = 2; attention_wgmma.cu),
+ * which gives way to the two passes where the scratch is smaller: a flag
+ * and a [64, D] fp32 tile per query head and 64-row tile entry, of which
+ * a batch has at most ceil(T / 64) + n_seqs. */
+static inline size_t ops_attention_backward_scratch(int T, int n_seqs, int Hq, int D, int one_pass) {
+    const size_t a = 256, dvec = ((size_t)Hq * T * sizeof(float) + a - 1) / a * a;
+    if (!one_pass) return dvec;
+    const size_t entries = ((size_t)T + 63) / 64 + (size_t)n_seqs;
+    const size_t flags = ((size_t)Hq * entries * sizeof(int) + a - 1) / a * a;
+    return dvec + flags + (size_t)Hq * entries * 64 * D * sizeof(float);
+}
 /* "cpu" or "cuda", the words of the config's run.device; the command-line
  * programs (tools/bench/bench_train.c, tests/gpu/model_hf_dump.c) read
  * their --device with it. */

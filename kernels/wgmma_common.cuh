@@ -59,16 +59,25 @@ __device__ __forceinline__ void wg_rs_n128(float (&d)[16][4], const uint32_t (&a
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TRANS_B), "r"(1));
 }
 
-/* d = (scale_d ? d : 0) + A (descriptor, K-major) * B (descriptor, K-major), m64n64k16. */
-__device__ __forceinline__ void wg_ss_n64(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
+/* d = (scale_d ? d : 0) + A (descriptor) * B (descriptor), m64n64k16, each
+ * operand K-major (TRANS = 0) or MN-major (TRANS = 1): bf16 operands may
+ * come from shared memory either way, so a tile written [K rows, M cols]
+ * serves as A without a transposed copy. */
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wg_ss_n64t(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
         : WG_ACC_N64(d, 0)
-        : "l"(da), "l"(db), "r"(scale_d));
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+/* d = (scale_d ? d : 0) + A (descriptor, K-major) * B (descriptor, K-major), m64n64k16. */
+__device__ __forceinline__ void wg_ss_n64(float (&d)[8][4], uint64_t da, uint64_t db, int scale_d) {
+    wg_ss_n64t<0, 0>(d, da, db, scale_d);
 }
 
 /* Shared-memory matrix descriptor, 128-byte swizzle; lbo, sbo in bytes. */
@@ -188,6 +197,39 @@ template <int ROWS, int D>
 __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar) {
 #pragma unroll
     for (int b = 0; b < D / 64; b++) tma_load_2d(dst + b * ROWS * 128, map, col + b * 64, row, bar);
+}
+
+/* Bulk copies from shared to global memory (the async proxy, no tensor
+ * map): `bytes` (a multiple of 16, both ends 16-byte aligned) stored, or
+ * added element-wise as fp32 into what global memory holds. Each is one
+ * operation of the issuing thread's bulk group. */
+__device__ __forceinline__ void bulk_store(void *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* The thread's bulk groups have read their shared-memory sources (which may
+ * then be overwritten). */
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+/* The thread's bulk groups have completed, their writes made. */
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* Orders this thread's global accesses through the async proxy (bulk
+ * copies) with its generic ones (flags). */
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+/* A flag in global memory shared by the blocks of one grid. */
+__device__ __forceinline__ int flag_load_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void flag_add_release(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ void named_sync(int id, int n) {

@@ -26,6 +26,11 @@
  * pre-filled with NaN so an element the kernel forgets shows up; padding rows
  * must be exactly 0; two runs must be bit-identical.
  *
+ * At head_dim 128 the one-pass Hopper backward (ops_tuning.attn_bwd = 2)
+ * is checked the same way, and its ordering flags are read back from the
+ * scratch (each must count the key tiles that reach its query tile). A
+ * pinned attn_bwd out of range aborts, naming the field.
+ *
  * The kernels under test are the ones the GPU dispatches to: the wgmma
  * kernels (attention_wgmma.cu) on Hopper, the mma.sync ones (attention.cu)
  * elsewhere; a build with -DATTN_FORCE_MMA=1 runs the latter on Hopper too.
@@ -39,6 +44,7 @@
 #include <string.h>
 
 #include "kernels/device.h"
+#include "tests/expect_abort.h"
 #include "tests/unit/test_ops_common.h"
 
 static float bf16_round(float x) {
@@ -123,6 +129,85 @@ static int zero_rows(const float *x, int from, int T, size_t row) {
     for (size_t i = (size_t)from * row; i < (size_t)T * row; i++)
         if (x[i] != 0.0f) return 0;
     return 1;
+}
+
+/* The one-pass backward (ops_tuning.attn_bwd = 2, head dim 128) on the same
+ * inputs, against the same CPU gradients rq, rk, rv, twice for the bits.
+ * Where it runs (sm_90, the wgmma kernels) its flags in the scratch after
+ * dvec must end at the number of key tiles of 128 that reach each 64-row
+ * query tile (its shares were all added, in turn); elsewhere the call falls
+ * back to the two passes and must leave that region as it was. */
+static void one_pass_case(const attn_case *c, ops_ctx *g, const int *cu, int T, void *ddout, void *dq_in,
+                          void *dk_in, void *dv_in, void *dout_gpu, const float *dlse, const int32_t *dcu,
+                          const float *rq, const float *rk, const float *rv) {
+    const int Hq = c->Hq, Hkv = c->Hkv, D = c->D, covered = cu[c->n_seqs];
+    const size_t nq = (size_t)T * Hq * D, nk = (size_t)T * Hkv * D;
+    const float scale = 1.0f / sqrtf((float)D);
+    const int entries = (T + 63) / 64 + c->n_seqs;
+    const size_t flag_at = ops_attention_backward_scratch(T, c->n_seqs, Hq, D, 0);
+    const size_t nflags = (size_t)Hq * entries;
+    CHECK(ops_attention_backward_scratch(T, c->n_seqs, Hq, D, 1) <= g->scratch_size,
+          "%s: the test context's scratch is too small for the one-pass backward", c->name);
+    int *flags = dk_malloc(nflags * sizeof(int) + 4);
+    memset(flags, 0xff, nflags * sizeof(int)); /* -1: a sentinel the two passes leave alone */
+    ops_upload(g, (char *)g->scratch + flag_at, flags, nflags * sizeof(int));
+
+    g->tuning.attn_bwd = 2;
+    void *out[2][3];
+    for (int run = 0; run < 2; run++) {
+        for (int b = 0; b < 3; b++) out[run][b] = dev_nan_act(g, b ? nk : nq);
+        ops_attention_backward(g, out[run][0], out[run][1], out[run][2], ddout, dq_in, dk_in, dv_in, dout_gpu, dlse,
+                               dcu, c->n_seqs, T, Hq, Hkv, D, scale);
+        if (run == 0) ops_download(g, flags, (char *)g->scratch + flag_at, nflags * sizeof(int));
+    }
+    g->tuning.attn_bwd = 0;
+
+    float *gq = dk_malloc(nq * 4 + 4), *gk = dk_malloc(nk * 4 + 4), *gv = dk_malloc(nk * 4 + 4);
+    ops_download_act(g, gq, out[0][0], nq);
+    ops_download_act(g, gk, out[0][1], nk);
+    ops_download_act(g, gv, out[0][2], nk);
+    printf("    one pass (ops_tuning.attn_bwd = 2):\n");
+    check("dq", max_abs_diff(gq, rq, nq), 2e-2 * fmax(max_abs(rq, nq), 1e-30));
+    check("dk", max_abs_diff(gk, rk, nk), 2e-2 * fmax(max_abs(rk, nk), 1e-30));
+    check("dv", max_abs_diff(gv, rv, nk), 2e-2 * fmax(max_abs(rv, nk), 1e-30));
+    CHECK(zero_rows(gq, covered, T, (size_t)Hq * D) && zero_rows(gk, covered, T, (size_t)Hkv * D) &&
+              zero_rows(gv, covered, T, (size_t)Hkv * D),
+          "%s: one-pass backward padding rows are not exactly zero", c->name);
+    int same = 1;
+    for (int b = 0; b < 3; b++) {
+        const size_t bytes = (b ? nk : nq) * 2;
+        void *x = raw(g, out[0][b], bytes), *y = raw(g, out[1][b], bytes);
+        same &= memcmp(x, y, bytes) == 0;
+        free(x);
+        free(y);
+    }
+    CHECK(same, "%s: one-pass backward not bit-reproducible", c->name);
+
+#ifndef ATTN_FORCE_MMA
+    const int runs = device_compute_capability(0) == 90;
+#else
+    const int runs = 0;
+#endif
+    int bad = 0;
+    for (int h = 0; h < Hq; h++) {
+        int e = 0;
+        for (int s = 0; s < c->n_seqs; s++) {
+            const int L = c->lens[s];
+            for (int m = 0; m * 64 < L; m++, e++) {
+                const int last = (L - 1 < 64 * m + 63 ? L - 1 : 64 * m + 63) / 128;
+                const int want = runs ? last + 1 : -1, got = flags[(size_t)h * entries + e];
+                if (got != want && bad++ < 3)
+                    printf("    flag of head %d, sequence %d, tile %d: %d, want %d\n", h, s, m, got, want);
+            }
+        }
+    }
+    CHECK(bad == 0, "%s: %d one-pass flags off (the pass %s)", c->name, bad, runs ? "must run here" : "cannot run here");
+    for (int run = 0; run < 2; run++)
+        for (int b = 0; b < 3; b++) ops_free(g, out[run][b]);
+    free(flags);
+    free(gq);
+    free(gk);
+    free(gv);
 }
 
 static void run_case(const attn_case *c, ops_ctx *g) {
@@ -210,6 +295,7 @@ static void run_case(const attn_case *c, ops_ctx *g) {
     CHECK(memcmp(a1, a2, nq * 2) == 0 && memcmp(b1, b2, nk * 2) == 0 && memcmp(c1, c2, nk * 2) == 0,
           "%s: backward not bit-reproducible", c->name);
     printf("    first-call time: forward %.2f ms, backward %.2f ms\n", t_fwd * 1e3, t_bwd * 1e3);
+    if (D == 128) one_pass_case(c, g, cu, T, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, rq, rk, rv);
 
     void *dev[] = {dq_in, dk_in, dv_in, ddout, dcu, dout_gpu, dlse, out2, lse2, gdq, gdk, gdv, gdq2, gdk2, gdv2};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) ops_free(g, dev[i]);
@@ -217,6 +303,21 @@ static void run_case(const attn_case *c, ops_ctx *g) {
                     a1, a2, b1, b2, c1, c2};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     ops_ctx_free(&cpu);
+}
+
+typedef struct {
+    ops_ctx *g;
+    void *buf;
+    int32_t *cu;
+} bad_case;
+
+static void bad_attn_bwd(void *arg) {
+    bad_case *b = arg;
+    char *x = b->buf;
+    b->g->tuning.attn_bwd = 3;
+    ops_attention_backward(b->g, x, x + 256, x + 512, x + 768, x + 1024, x + 1280, x + 1536, x + 1792,
+                           (const float *)(x + 2048), b->cu, 1, 1, 1, 1, 128, 1.0f);
+    ops_sync(b->g);
 }
 
 int main(int argc, char **argv) {
@@ -235,6 +336,13 @@ int main(int argc, char **argv) {
     rng_seed(1234);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (!quick || cases[i].quick) run_case(&cases[i], &g);
+    bad_case b = {&g, ops_alloc(&g, 4096), ops_alloc(&g, 2 * sizeof(int32_t))};
+    const int32_t cu1[2] = {0, 1};
+    ops_upload(&g, b.cu, cu1, sizeof cu1);
+    CHECK(expect_abort("attn_bwd 3", bad_attn_bwd, &b, "ops_tuning.attn_bwd"),
+          "a backward with attn_bwd = 3 must abort naming the field");
+    ops_free(&g, b.buf);
+    ops_free(&g, b.cu);
     ops_ctx_free(&g);
     return test_finish("test_cuda_attention");
 }
