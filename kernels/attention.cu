@@ -541,6 +541,8 @@ extern "C" void cuda_attention_forward(ops_ctx *ctx, void *out, float *lse, cons
     job.fh = Hq;
     attn_pad_launch(ctx, job, cu_seqlens, n_seqs, T, 0);
     if (n_seqs == 0) return;
+    if (ctx->tuning.attn_fwd < 0 || ctx->tuning.attn_fwd > 2)
+        DK_ABORT("ops_tuning.attn_fwd = %d: expected 0, 1 or 2", ctx->tuning.attn_fwd);
     if (D >= 64 && attn_wgmma_ok(ctx) &&
         attn_fwd_wgmma(ctx, (bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, cu_seqlens, n_seqs,
                        T, Hq, Hkv, D, scale))

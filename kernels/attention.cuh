@@ -127,10 +127,11 @@ struct attn_qtile {
     int q0;     /* first query row of the tile inside the sequence */
     int nkv;    /* key tiles at or before the tile's last row */
 };
+/* The tile of block number idx (a persistent block visits several). */
 template <int BM, int BN>
-__device__ __forceinline__ bool attn_qtile_find(attn_qtile &t, const int32_t *cu, int n_seqs, int Hq, int Hkv) {
-    t.h = blockIdx.x % Hq;
-    const int2 loc = find_tile(cu, n_seqs, blockIdx.x / Hq, BM);
+__device__ __forceinline__ bool attn_qtile_at(attn_qtile &t, int idx, const int32_t *cu, int n_seqs, int Hq, int Hkv) {
+    t.h = idx % Hq;
+    const int2 loc = find_tile(cu, n_seqs, idx / Hq, BM);
     if (loc.x < 0) return false;
     t.off = cu[loc.x];
     t.L = cu[loc.x + 1] - t.off;
@@ -138,6 +139,10 @@ __device__ __forceinline__ bool attn_qtile_find(attn_qtile &t, const int32_t *cu
     t.kvh = t.h / (Hq / Hkv);
     t.nkv = (min(t.L, t.q0 + BM) + BN - 1) / BN;
     return true;
+}
+template <int BM, int BN>
+__device__ __forceinline__ bool attn_qtile_find(attn_qtile &t, const int32_t *cu, int n_seqs, int Hq, int Hkv) {
+    return attn_qtile_at<BM, BN>(t, blockIdx.x, cu, n_seqs, Hq, Hkv);
 }
 
 /* Where a block of the dK / dV pass works: BN keys from n0 of kv head kvh,

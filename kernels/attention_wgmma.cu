@@ -135,22 +135,19 @@ template <int D>
 __global__ void __launch_bounds__(FW_THREADS, 1)
     attn_fwd_ws(bf16 *__restrict__ out, float *__restrict__ lse, const __grid_constant__ CUtensorMap map_q,
                 const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
-                const int32_t *__restrict__ cu, int n_seqs, int T, int Hq, int Hkv, float scale_log2) {
+                const int32_t *__restrict__ cu, int n_seqs, int T, int Hq, int Hkv, float scale_log2, int n_idx) {
 #ifdef WG_NO_WGMMA
     __trap();
 #else
     constexpr int BM = FW_BM, BN = FW_BN, ST = FW_STAGES, NT = BN / 8, DT = D / 8;
     constexpr int QTILE = BM * D * 2, KTILE = BN * D * 2;
     /* Q, K stages, V stages, then the mbarriers: full Q, full K[ST],
-     * full V[ST], empty K[ST], empty V[ST]. */
+     * full V[ST], empty K[ST], empty V[ST], empty Q. */
     const uint32_t sQ = smem_base(), sK = sQ + QTILE, sV = sK + ST * KTILE, bars = sV + ST * KTILE;
     const uint32_t bar_q = bars, bar_fk = bars + 8, bar_fv = bar_fk + 8 * ST, bar_ek = bar_fv + 8 * ST,
-                   bar_ev = bar_ek + 8 * ST;
+                   bar_ev = bar_ek + 8 * ST, bar_eq = bar_ev + 8 * ST;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    attn_qtile tq;
-    if (!attn_qtile_find<BM, BN>(tq, cu, n_seqs, Hq, Hkv)) return;
-    const int h = tq.h, kvh = tq.kvh, off = tq.off, L = tq.L, q0 = tq.q0, nkv = tq.nkv;
 
     if (tid == 0) {
         mbar_init(bar_q, 1);
@@ -160,25 +157,42 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             mbar_init(bar_ek + 8 * s, 8); /* one arrival per consumer warp */
             mbar_init(bar_ev + 8 * s, 8);
         }
+        mbar_init(bar_eq, 8);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
+    /* A block runs the tiles idx = blockIdx.x, + gridDim.x, ... below n_idx:
+     * one when the grid has a block per tile, several when it is persistent
+     * (ops_tuning.attn_fwd = 2), where the producer loads the next tile's Q
+     * and first K / V stages while the consumers finish the last one. The
+     * stage ring and its phases run on across tiles (`base` counts the key
+     * tiles streamed before), and Q has its own full / empty pair. */
     if (warp < 4) {
         /* ---- producer ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (tid == 0) {
-            mbar_expect(bar_q, QTILE);
-            tma_tile<BM, D>(sQ, &map_q, h * D, off + q0, bar_q);
-            for (int it = 0; it < nkv; it++) {
-                const int s = it % ST, use = it / ST, row = off + (nkv - 1 - it) * BN;
-                stage_wait_empty(bar_ek + 8 * s, use);
-                mbar_expect(bar_fk + 8 * s, KTILE);
-                tma_tile<BN, D>(sK + s * KTILE, &map_k, kvh * D, row, bar_fk + 8 * s);
-                stage_wait_empty(bar_ev + 8 * s, use);
-                mbar_expect(bar_fv + 8 * s, KTILE);
-                tma_tile<BN, D>(sV + s * KTILE, &map_v, kvh * D, row, bar_fv + 8 * s);
+        if (warp != 0) return;
+        /* Warp 0 finds each tile (find_tile takes the whole warp), lane 0 loads. */
+        int base = 0, n = 0;
+        for (int idx = blockIdx.x; idx < n_idx; idx += gridDim.x, n++) {
+            attn_qtile tq;
+            if (!attn_qtile_at<BM, BN>(tq, idx, cu, n_seqs, Hq, Hkv)) break;
+            if (lane == 0) {
+                if (n > 0) mbar_wait(bar_eq, (n - 1) & 1);
+                mbar_expect(bar_q, QTILE);
+                tma_tile<BM, D>(sQ, &map_q, tq.h * D, tq.off + tq.q0, bar_q);
+                for (int it = 0; it < tq.nkv; it++) {
+                    const int ig = base + it, s = ig % ST, use = ig / ST, row = tq.off + (tq.nkv - 1 - it) * BN;
+                    stage_wait_empty(bar_ek + 8 * s, use);
+                    mbar_expect(bar_fk + 8 * s, KTILE);
+                    tma_tile<BN, D>(sK + s * KTILE, &map_k, tq.kvh * D, row, bar_fk + 8 * s);
+                    stage_wait_empty(bar_ev + 8 * s, use);
+                    mbar_expect(bar_fv + 8 * s, KTILE);
+                    tma_tile<BN, D>(sV + s * KTILE, &map_v, tq.kvh * D, row, bar_fv + 8 * s);
+                }
             }
+            __syncwarp();
+            base += tq.nkv;
         }
         return;
     }
@@ -190,83 +204,95 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const uint32_t qa = sQ + wg * 64 * 128; /* this warpgroup's 64 rows in each 64-column block */
     const int my_bar = FW_BAR_PING + wg, other_bar = FW_BAR_PING + (wg ^ 1);
 
-    float o[DT][4], s[NT][4], corr[2];
-    uint32_t pa[BN / 16][4];
-    zero(o);
-    zero(s);
-    float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};
+    int base = 0, n = 0;
+    for (int idx = blockIdx.x; idx < n_idx; idx += gridDim.x, n++) {
+        attn_qtile tq;
+        if (!attn_qtile_at<BM, BN>(tq, idx, cu, n_seqs, Hq, Hkv)) break;
+        const int h = tq.h, off = tq.off, L = tq.L, q0 = tq.q0, nkv = tq.nkv;
 
-    /* Issues S = Q K^T for key tile `it` (stage it % ST). */
-    auto issue_s = [&](int it) {
-        const uint32_t cK = sK + (it % ST) * KTILE;
-        mbar_wait(bar_fk + 8 * (it % ST), (it / ST) & 1);
-        reg_fence(s);
-        wg_fence();
+        float o[DT][4], s[NT][4], corr[2];
+        uint32_t pa[BN / 16][4];
+        zero(o);
+        zero(s);
+        float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f};
+
+        /* Issues S = Q K^T for key tile `it` (stage (base + it) % ST). */
+        auto issue_s = [&](int it) {
+            const int ig = base + it;
+            const uint32_t cK = sK + (ig % ST) * KTILE;
+            mbar_wait(bar_fk + 8 * (ig % ST), (ig / ST) & 1);
+            reg_fence(s);
+            wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) wg_ss_n128(s, desc_k<BM>(qa, kk), desc_k<BN>(cK, kk), kk > 0);
-        wg_commit();
-    };
-    /* Issues O += P V for key tile `it`, after zeroing its V rows past the
-     * sequence's end. */
-    auto issue_pv = [&](int it) {
-        const int sv = it % ST, k0 = (nkv - 1 - it) * BN;
-        const uint32_t cV = sV + sv * KTILE;
-        mbar_wait(bar_fv + 8 * sv, (it / ST) & 1);
-        if (k0 + BN > L) tile_zero_tail<BN, D>(cV, L - k0, ctid, wg);
-        reg_fence(o);
-        wg_fence();
+            for (int kk = 0; kk < D / 16; kk++) wg_ss_n128(s, desc_k<BM>(qa, kk), desc_k<BN>(cK, kk), kk > 0);
+            wg_commit();
+        };
+        /* Issues O += P V for key tile `it`, after zeroing its V rows past the
+         * sequence's end. */
+        auto issue_pv = [&](int it) {
+            const int ig = base + it, sv = ig % ST, k0 = (nkv - 1 - it) * BN;
+            const uint32_t cV = sV + sv * KTILE;
+            mbar_wait(bar_fv + 8 * sv, (ig / ST) & 1);
+            if (k0 + BN > L) tile_zero_tail<BN, D>(cV, L - k0, ctid, wg);
+            reg_fence(o);
+            wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) wg_rs_nd<D>(o, pa[kk], desc_mn<BN>(cV, kk));
-        wg_commit();
-    };
-    auto softmax = [&](int it) {
-        const int k0 = (nkv - 1 - it) * BN;
-        if (k0 + BN - 1 > q0 + wrow) strip_causal_mask(s, q0 + wrow, k0, g, t4);
-        strip_softmax_p(s, m_i, l_i, corr, scale_log2);
-    };
-    auto pack_p = [&] {
+            for (int kk = 0; kk < BN / 16; kk++) wg_rs_nd<D>(o, pa[kk], desc_mn<BN>(cV, kk));
+            wg_commit();
+        };
+        auto softmax = [&](int it) {
+            const int k0 = (nkv - 1 - it) * BN;
+            if (k0 + BN - 1 > q0 + wrow) strip_causal_mask(s, q0 + wrow, k0, g, t4);
+            strip_softmax_p(s, m_i, l_i, corr, scale_log2);
+        };
+        auto pack_p = [&] {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
-    };
+            for (int kk = 0; kk < BN / 16; kk++) acc_to_a(pa[kk], s[2 * kk], s[2 * kk + 1]);
+        };
 
-    mbar_wait(bar_q, 0);
-    if (wg == 1) named_arrive(other_bar, 256); /* consumer 0 issues first */
+        mbar_wait(bar_q, n & 1);
+        if (wg == 1) named_arrive(other_bar, 256); /* consumer 0 issues first */
 
-    /* The first key tile: S alone. */
-    named_sync(my_bar, 256);
-    issue_s(0);
-    named_arrive(other_bar, 256);
-    wg_wait<0>();
-    reg_fence(s);
-    stage_release(bar_ek);
-    softmax(0);
-    pack_p();
-
-    /* Then S of tile it with P V of tile it - 1. */
-    for (int it = 1; it < nkv; it++) {
+        /* The first key tile: S alone. */
         named_sync(my_bar, 256);
-        issue_s(it);
-        issue_pv(it - 1);
+        issue_s(0);
         named_arrive(other_bar, 256);
-        wg_wait<1>();
+        wg_wait<0>();
         reg_fence(s);
-        stage_release(bar_ek + 8 * (it % ST));
-        softmax(it);
+        stage_release(bar_ek + 8 * (base % ST));
+        softmax(0);
+        pack_p();
+
+        /* Then S of tile it with P V of tile it - 1. */
+        for (int it = 1; it < nkv; it++) {
+            named_sync(my_bar, 256);
+            issue_s(it);
+            issue_pv(it - 1);
+            named_arrive(other_bar, 256);
+            wg_wait<1>();
+            reg_fence(s);
+            stage_release(bar_ek + 8 * ((base + it) % ST));
+            softmax(it);
+            wg_wait<0>();
+            reg_fence(o);
+            stage_release(bar_ev + 8 * ((base + it - 1) % ST));
+            strip_rescale(o, corr);
+            pack_p();
+        }
+        /* Every S product of the tile is done: Q may be reloaded. */
+        stage_release(bar_eq);
+
+        /* The last P V. Consumer 1's hand-back would have no taker. */
+        named_sync(my_bar, 256);
+        issue_pv(nkv - 1);
+        if (wg == 0) named_arrive(other_bar, 256);
         wg_wait<0>();
         reg_fence(o);
-        stage_release(bar_ev + 8 * ((it - 1) % ST));
-        strip_rescale(o, corr);
-        pack_p();
+        stage_release(bar_ev + 8 * ((base + nkv - 1) % ST));
+
+        strip_store_out(out, lse, o, m_i, l_i, q0 + wrow, off, L, (size_t)Hq * D, h, T, g, t4, scale_log2);
+        base += nkv;
     }
-
-    /* The last P V. Consumer 1's hand-back would have no taker. */
-    named_sync(my_bar, 256);
-    issue_pv(nkv - 1);
-    if (wg == 0) named_arrive(other_bar, 256);
-    wg_wait<0>();
-    reg_fence(o);
-
-    strip_store_out(out, lse, o, m_i, l_i, q0 + wrow, off, L, (size_t)Hq * D, h, T, g, t4, scale_log2);
 #endif
 }
 
@@ -835,12 +861,16 @@ template <int D>
 static void fwd_ws(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                    const int32_t *cu, int n_seqs, int T, int Hq, int Hkv, float scale) {
     /* Q, FW_STAGES x (K, V), the mbarriers, alignment slack. */
-    const size_t smem = (size_t)(FW_BM + 2 * FW_STAGES * FW_BN) * D * 2 + 8 * (1 + 4 * FW_STAGES) + 1024;
+    const size_t smem = (size_t)(FW_BM + 2 * FW_STAGES * FW_BN) * D * 2 + 8 * (2 + 4 * FW_STAGES) + 1024;
     wg_smem(attn_fwd_ws<D>, smem);
     const CUtensorMap mq = tmap_rows(q, Hq * D, T, FW_BM), mk = tmap_rows(k, Hkv * D, T, FW_BN),
                       mv = tmap_rows(v, Hkv * D, T, FW_BN);
-    attn_fwd_ws<D><<<wg_grid(T, n_seqs, FW_BM, Hq), FW_THREADS, smem, ctx_stream(ctx)>>>(
-        out, lse, mq, mk, mv, cu, n_seqs, T, Hq, Hkv, scale * LOG2E_F);
+    /* A block per tile, or with attn_fwd = 2 one per SM walking the tiles
+     * (heaviest first, as numbered) in strides of the grid. */
+    const unsigned n_idx = wg_grid(T, n_seqs, FW_BM, Hq), sms = (unsigned)cuda_sm_count(ctx);
+    const unsigned grid = ctx->tuning.attn_fwd == 2 && n_idx > sms ? sms : n_idx;
+    attn_fwd_ws<D><<<grid, FW_THREADS, smem, ctx_stream(ctx)>>>(out, lse, mq, mk, mv, cu, n_seqs, T, Hq, Hkv,
+                                                                scale * LOG2E_F, (int)n_idx);
     CUDA_LAUNCH_CHECK();
 }
 

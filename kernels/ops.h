@@ -67,6 +67,11 @@ typedef struct ops_tuning {
      * (attention_wgmma.cu), two passes where the GPU, head_dim, alignment
      * or scratch does not allow it. */
     int attn_bwd;
+    /* The Hopper attention forward: 0 chosen (today a block per query
+     * tile), 1 a block per query tile, 2 persistent: a block per SM that
+     * walks the tiles, loading the next one's Q and keys while it finishes
+     * the last. */
+    int attn_fwd;
     /* ops_paged_attention's kernel (ops_paged_kernel): OPS_PAGED_AUTO
      * chosen per call. A pinned kernel that cannot serve a call gives way:
      * head dims other than 32, 64, 128, 256 or unaligned buffers take the

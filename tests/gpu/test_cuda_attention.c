@@ -28,8 +28,11 @@
  *
  * At head_dim 128 the one-pass Hopper backward (ops_tuning.attn_bwd = 2)
  * is checked the same way, and its ordering flags are read back from the
- * scratch (each must count the key tiles that reach its query tile). A
- * pinned attn_bwd out of range aborts, naming the field.
+ * scratch (each must count the key tiles that reach its query tile). The
+ * persistent forward (ops_tuning.attn_fwd = 2) must give the bits of a
+ * block per tile; one case has more query tiles than an H100 or H200 has
+ * SMs, so that its blocks walk several. A pinned attn_bwd or attn_fwd out
+ * of range aborts, naming the field.
  *
  * The kernels under test are the ones the GPU dispatches to: the wgmma
  * kernels (attention_wgmma.cu) on Hopper, the mma.sync ones (attention.cu)
@@ -80,6 +83,7 @@ static const attn_case cases[] = {
     {"short, D=64, group 8", 64, 8, 1, 3, {1, 17, 40}, 1, 1.0f, 1},
     {"short, D=128, group 1", 128, 2, 2, 2, {17, 5}, 0, 1.0f, 1},
     {"long sequence, D=128, group 4", 128, 8, 2, 1, {2048}, 0, 1.0f, 0},
+    {"more query tiles than SMs, D=128, group 8", 128, 16, 2, 3, {1100, 900, 600}, 1, 1.0f, 0},
     {"padding only, D=128", 128, 4, 2, 0, {0}, 7, 1.0f, 1},
     {"tiny-model heads, D=16, group 2", 16, 4, 2, 3, {256, 100, 3}, 2, 1.0f, 1},
     {"D=32, group 4", 32, 8, 2, 3, {129, 70, 1}, 0, 2.0f, 1},
@@ -266,6 +270,22 @@ static void run_case(const attn_case *c, ops_ctx *g) {
     void *la = raw(g, dlse, nl * 4), *lb = raw(g, lse2, nl * 4);
     CHECK(memcmp(ra, rb, nq * 2) == 0 && memcmp(la, lb, nl * 4) == 0, "%s: forward not bit-reproducible", c->name);
 
+    /* The persistent forward (ops_tuning.attn_fwd = 2: a block per SM
+     * walking the tiles where there are more) computes each tile as a
+     * block of its own does: the same bits. */
+    void *out3 = dev_nan_act(g, nq);
+    float *lse3 = dev_nan_f32(g, nl);
+    g->tuning.attn_fwd = 2;
+    ops_attention_forward(g, out3, lse3, dq_in, dk_in, dv_in, dcu, c->n_seqs, T, Hq, Hkv, D, scale);
+    g->tuning.attn_fwd = 0;
+    void *rc = raw(g, out3, nq * 2), *lc = raw(g, lse3, nl * 4);
+    CHECK(memcmp(ra, rc, nq * 2) == 0 && memcmp(la, lc, nl * 4) == 0,
+          "%s: the persistent forward differs from a block per tile", c->name);
+    free(rc);
+    free(lc);
+    ops_free(g, out3);
+    ops_free(g, lse3);
+
     /* ---- backward, on the GPU forward's out and lse ---- */
     void *gdq = dev_nan_act(g, nq), *gdk = dev_nan_act(g, nk), *gdv = dev_nan_act(g, nk);
     t0 = dk_now();
@@ -311,6 +331,14 @@ typedef struct {
     int32_t *cu;
 } bad_case;
 
+static void bad_attn_fwd(void *arg) {
+    bad_case *b = arg;
+    char *x = b->buf;
+    b->g->tuning.attn_fwd = -1;
+    ops_attention_forward(b->g, x, (float *)(x + 2048), x + 256, x + 512, x + 768, b->cu, 1, 1, 1, 1, 128, 1.0f);
+    ops_sync(b->g);
+}
+
 static void bad_attn_bwd(void *arg) {
     bad_case *b = arg;
     char *x = b->buf;
@@ -341,6 +369,8 @@ int main(int argc, char **argv) {
     ops_upload(&g, b.cu, cu1, sizeof cu1);
     CHECK(expect_abort("attn_bwd 3", bad_attn_bwd, &b, "ops_tuning.attn_bwd"),
           "a backward with attn_bwd = 3 must abort naming the field");
+    CHECK(expect_abort("attn_fwd -1", bad_attn_fwd, &b, "ops_tuning.attn_fwd"),
+          "a forward with attn_fwd = -1 must abort naming the field");
     ops_free(&g, b.buf);
     ops_free(&g, b.cu);
     ops_ctx_free(&g);

@@ -12,7 +12,8 @@
  * deterministic; the count is the same for both, so the ratio is a ratio of
  * times). The backward runs both ways (ops_tuning.attn_bwd): the two passes
  * (dK / dV, then dQ) and, on sm_90 at D = 128, the one pass that adds dQ
- * up in a fixed order. DK_PYTHON names the python that has torch (default python3);
+ * up in a fixed order; the forward both with a block per query tile and
+ * persistent (ops_tuning.attn_fwd = 2, Hopper only). DK_PYTHON names the python that has torch (default python3);
  * DK_SOURCE the checkout (default the current directory). */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
@@ -122,6 +123,9 @@ int main(int argc, char **argv) {
 
     const double flop_fwd = 4.0 * B * H * (double)S * S * D / 2.0, flop_all = 3.5 * flop_fwd;
     double ms_fwd = time_ms(run_fwd, &a, 10);
+    ctx.tuning.attn_fwd = 2; /* persistent: a block per SM walking the query tiles */
+    double ms_fwd_p = time_ms(run_fwd, &a, 10);
+    ctx.tuning.attn_fwd = 0;
     ctx.tuning.attn_bwd = 1;
     double ms_all = time_ms(run_fwd_bwd, &a, 5);
     /* The one-pass backward runs on sm_90 at D = 128 (else the call takes
@@ -152,10 +156,11 @@ int main(int argc, char **argv) {
            B);
     printf("%-20s %10s %10s %12s %10s %10s %8s\n", "", "ours ms", "TFLOP/s", "of 800", "torch ms", "TFLOP/s",
            "ratio");
-    const char *names[3] = {"forward", "fwd+bwd 2-pass", one_pass ? "fwd+bwd 1-pass" : "fwd+bwd (1-pass n/a)"};
-    double ours[3] = {ms_fwd, ms_all, ms_one}, theirs[3] = {t_fwd, t_all, t_all},
-           fl[3] = {flop_fwd, flop_all, flop_all};
-    for (int i = 0; i < 3; i++) {
+    const char *names[4] = {"forward", "forward persistent", "fwd+bwd 2-pass",
+                            one_pass ? "fwd+bwd 1-pass" : "fwd+bwd (1-pass n/a)"};
+    double ours[4] = {ms_fwd, ms_fwd_p, ms_all, ms_one}, theirs[4] = {t_fwd, t_fwd, t_all, t_all},
+           fl[4] = {flop_fwd, flop_fwd, flop_all, flop_all};
+    for (int i = 0; i < 4; i++) {
         double tf = fl[i] / (ours[i] * 1e-3) / 1e12, tt = fl[i] / (theirs[i] * 1e-3) / 1e12;
         printf("%-20s %10.3f %10.1f %12.3f %10.3f %10.1f %8.3f\n", names[i], ours[i], tf, tf / PEAK_TFLOPS, theirs[i],
                tt, theirs[i] / ours[i]);
