@@ -53,7 +53,7 @@
  *
  * Usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide]
  *                    [--layers N] [--steps N] [--warmup N]
- *                    [--hf FILE | --no-hf] [--op-times]
+ *                    [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N]
  * --quick: the first shape only (0.6B, or 8B with --wide), 3 timed steps.
  * --tiny: a small shape (2 x 64 tokens, 2 layers) so the whole program runs
  * on the CPU backend in seconds; with --wide, a small untied shape of
@@ -61,7 +61,9 @@
  * checked there too. --wide: the 8B / 14B width cases above (--layers N,
  * default 4, sets their depth). --op-times: after the timed steps, one
  * more step under the per-op timer (kernels/op_timer.h), and its table: the
- * time of each op, the stream's idle time between ops, and their shares. */
+ * time of each op, the stream's idle time between ops, and their shares.
+ * --attn-fwd N / --attn-bwd N: the attention kernels' pins (ops_tuning in
+ * kernels/ops.h: 2 is the persistent forward, the one-pass backward). */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdint.h>
@@ -158,6 +160,10 @@ static double step_flops(const model *m, int B, int S) {
 /* --op-times: one more step, after the timed ones, under the per-op timer
  * (kernels/op_timer.h), whose table is printed with the configuration. */
 static int op_times;
+/* --attn-fwd N, --attn-bwd N: ops_tuning.attn_fwd / attn_bwd (ops.h) for
+ * every step; with attn_bwd 2 the context's scratch also holds the
+ * one-pass backward's accumulator. */
+static int attn_fwd_pin, attn_bwd_pin;
 
 static void run_config(const shape *sh, dk_device dev, int recompute, int warmup, int steps, result *r) {
     const model_config *c = &sh->cfg;
@@ -167,7 +173,14 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     rng = 0x2545f4914f6cdd1dull; /* same weights and batch for every recompute mode: same loss */
 
     ops_ctx ctx;
-    must(ops_ctx_init(&ctx, dev, 0, model_scratch_bytes(c, T)), "ops_ctx_init");
+    size_t scratch = model_scratch_bytes(c, T);
+    if (attn_bwd_pin == 2) {
+        const size_t one = ops_attention_backward_scratch(T, B, c->n_heads, c->head_dim, 1);
+        if (one > scratch) scratch = one;
+    }
+    must(ops_ctx_init(&ctx, dev, 0, scratch), "ops_ctx_init");
+    ctx.tuning.attn_fwd = attn_fwd_pin;
+    ctx.tuning.attn_bwd = attn_bwd_pin;
     model m;
     must(model_create(&m, c, &ctx, T, (model_recompute)recompute), "model_create");
     /* The FLOPs count only the non-embedding part; the config's count must be
@@ -293,7 +306,7 @@ static void parse_hf(FILE *f, result *rs, int n, const char *src, int echo) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide] [--layers N] [--steps N] "
-                    "[--warmup N] [--hf FILE | --no-hf] [--op-times]\n"
+                    "[--warmup N] [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N]\n"
                     "  --wide: Qwen3-8B and 14B width (untied) at --layers N layers (default 4) instead of the "
                     "0.6B / 1.7B shapes\n");
     exit(2);
@@ -319,10 +332,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hf") && i + 1 < argc) hf_file = argv[++i];
-        else usage();
+        else if ((!strcmp(argv[i], "--attn-fwd") || !strcmp(argv[i], "--attn-bwd")) && i + 1 < argc) {
+            char *end;
+            const long v = strtol(argv[i + 1], &end, 10);
+            if (*end || end == argv[i + 1] || v < 0 || v > 2) {
+                fprintf(stderr, "bench_train: %s %s: expected 0, 1 or 2 (ops_tuning, kernels/ops.h)\n", argv[i],
+                        argv[i + 1]);
+                return 2;
+            }
+            *(!strcmp(argv[i], "--attn-fwd") ? &attn_fwd_pin : &attn_bwd_pin) = (int)v;
+            i++;
+        } else usage();
     }
     if (steps < 0) steps = quick ? 3 : 5;
     if (steps < 1 || warmup < 0 || (hf_file && no_hf)) usage();
+    if (attn_fwd_pin || attn_bwd_pin)
+        printf("ops_tuning.attn_fwd = %d, attn_bwd = %d throughout\n", attn_fwd_pin, attn_bwd_pin);
     if (layers != -1 && !wide) {
         fprintf(stderr, "bench_train: --layers sets the depth of the --wide shapes only\n");
         return 2;
