@@ -36,7 +36,8 @@
  *
  * The kernels under test are the ones the GPU dispatches to: the wgmma
  * kernels (attention_wgmma.cu) on Hopper, the mma.sync ones (attention.cu)
- * elsewhere; a build with -DATTN_FORCE_MMA=1 runs the latter on Hopper too.
+ * elsewhere; a build with -DATTN_FORCE_MMA=1 runs the latter on Hopper too
+ * (give this test the define as well: it then expects no one-pass flags).
  *
  * `--quick` runs the small cases only (for compute-sanitizer). Exits 77
  * where there is no GPU. */
