@@ -116,16 +116,24 @@ __device__ __forceinline__ void wg_rs_nd(float (&d)[D / 8][4], const uint32_t (&
 
 #ifndef WG_NO_WGMMA
 
+/* Zeroes rows from .. to - 1 of a swizzled [ROWS, D] tile, by the 128
+ * threads of one warpgroup, visible to the async proxy after the caller's
+ * barrier. */
+template <int ROWS, int D>
+__device__ __forceinline__ void tile_zero_rows(uint32_t tile, int from, int to, int ctid) {
+    for (int i = ctid; i < (to - from) * (D / 8); i += 128) {
+        const int r = from + i / (D / 8), c = i % (D / 8);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + sw_off<ROWS>(r, c)), "r"(0) : "memory");
+    }
+    fence_async_smem();
+}
+
 /* Zeroes rows `from` .. ROWS - 1 of a swizzled [ROWS, D] tile that TMA
  * filled past a sequence's end (see above), by the 128 threads of
  * consumer warpgroup wg, and makes the zeros visible to its tensor cores. */
 template <int ROWS, int D>
 __device__ __forceinline__ void tile_zero_tail(uint32_t tile, int from, int ctid, int wg) {
-    for (int i = ctid; i < (ROWS - from) * (D / 8); i += 128) {
-        const int r = from + i / (D / 8), c = i % (D / 8);
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + sw_off<ROWS>(r, c)), "r"(0) : "memory");
-    }
-    fence_async_smem();
+    tile_zero_rows<ROWS, D>(tile, from, ROWS, ctid);
     named_sync(FW_BAR_PING + 2 + wg, 128);
 }
 
@@ -336,6 +344,24 @@ __device__ __forceinline__ void bw_load_step(uint32_t cQ, uint32_t cdO, uint32_t
     }
 }
 
+/* The key-block kernels' producer loop: stage i % ST of each step i gets
+ * the tiles of (query head, first row) = step_at(i) once the consumers have
+ * handed that stage back. */
+template <int BM, int D, int ST, class StepAt>
+__device__ __forceinline__ void bw_produce(int steps, StepAt step_at, uint32_t sQ, uint32_t sdO, uint32_t sLD,
+                                           uint32_t bar_f, uint32_t bar_e, const CUtensorMap *map_q,
+                                           const CUtensorMap *map_do, const float *lse, const float *dvec, int off,
+                                           int L, int T, int tid, int warp) {
+    constexpr int QTILE = BM * D * 2;
+    for (int i = 0; i < steps; i++) {
+        const int s = i % ST;
+        const int2 at = step_at(i);
+        stage_wait_empty(bar_e + 8 * s, i / ST);
+        bw_load_step<BM, D>(sQ + s * QTILE, sdO + s * QTILE, sLD, s, bar_f + 8 * s, map_q, map_do, lse, dvec, at.x,
+                            at.y, off, L, T, tid, warp);
+    }
+}
+
 /* S^T = K Q^T and dP^T = V dO^T of a warpgroup's 64 keys (ka, va) and the
  * step's BM queries, all operands K-major from shared memory; waited for. */
 template <int BM, int BN, int D>
@@ -429,13 +455,10 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         }
         if (warp == 0 && lane != 0) return;
         if (warp == 3) return;
-        for (int i = 0; i < steps; i++) {
-            const int s = i % ST, use = i / ST;
-            const int hq = kvh * group + i / per_head, m0 = (m_first + i % per_head) * BM;
-            stage_wait_empty(bar_e + 8 * s, use);
-            bw_load_step<BM, D>(sQ + s * QTILE, sdO + s * QTILE, sLD, s, bar_f + 8 * s, &map_q, &map_do,
-                                lse, dvec, hq, m0, off, L, T, tid, warp);
-        }
+        /* The group's heads in order, each over its query tiles from the diagonal. */
+        auto step_at = [&](int i) { return make_int2(kvh * group + i / per_head, (m_first + i % per_head) * BM); };
+        bw_produce<BM, D, ST>(steps, step_at, sQ, sdO, sLD, bar_f, bar_e, &map_q, &map_do, lse, dvec, off, L, T, tid,
+                              warp);
         return;
     }
 
@@ -627,20 +650,6 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
  * Head dim 128 only: the halves of the head dim are the two warpgroups'. */
 #define B1_BAR_DS 5 /* named barrier: both consumer warpgroups have stored dS^T */
 
-#ifndef WG_NO_WGMMA
-/* Zeroes rows from .. to - 1 of a swizzled [ROWS, D] tile, by the 128
- * threads of one warpgroup, visible to the async proxy after the caller's
- * barrier. */
-template <int ROWS, int D>
-__device__ __forceinline__ void tile_zero_rows(uint32_t tile, int from, int to, int ctid) {
-    for (int i = ctid; i < (to - from) * (D / 8); i += 128) {
-        const int r = from + i / (D / 8), c = i % (D / 8);
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + sw_off<ROWS>(r, c)), "r"(0) : "memory");
-    }
-    fence_async_smem();
-}
-#endif /* !WG_NO_WGMMA */
-
 template <int D>
 __global__ void __launch_bounds__(FW_THREADS, 1)
     attn_bwd_fused_ws(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
@@ -670,7 +679,9 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     if (!attn_ktile_find<BM, BN>(tk, cu, n_seqs, Hq, Hkv)) return;
     const int kvh = tk.kvh, off = tk.off, L = tk.L, n0 = tk.n0, group = Hq / Hkv, steps = tk.steps;
     const int last_tile = tk.m_first + tk.per_head - 1; /* the sequence's last query tile */
-    /* Step i: query tile last_tile - i / group of query head kvh * group + i % group. */
+    /* Step i: (query head, first row); query tiles from the last down, the
+     * group's heads inside each. */
+    auto step_at = [&](int i) { return make_int2(kvh * group + i % group, (last_tile - i / group) * BM); };
 
     if (tid == 0) {
         mbar_init(bar_kv, 1);
@@ -696,8 +707,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             const int first = tile_entry_first(cu, tk.seq, BM), kt = n0 / BN;
             if (lane != 0) return;
             for (int i = 0; i < steps; i++) {
-                const int hq = kvh * group + i % group, mt = last_tile - i / group;
-                const size_t e = (size_t)hq * n_entries + first + mt;
+                const int2 at = step_at(i);
+                const size_t e = (size_t)at.x * n_entries + first + at.y / BM;
                 float *dst = dq_acc + e * (BM * D);
                 mbar_wait(bar_qf, i & 1);
                 if (kt > 0) {
@@ -717,13 +728,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
             return;
         }
         if (warp == 0 && lane != 0) return;
-        for (int i = 0; i < steps; i++) {
-            const int s = i % ST, use = i / ST;
-            const int hq = kvh * group + i % group, m0 = (last_tile - i / group) * BM;
-            stage_wait_empty(bar_e + 8 * s, use);
-            bw_load_step<BM, D>(sQ + s * QTILE, sdO + s * QTILE, sLD, s, bar_f + 8 * s, &map_q, &map_do,
-                                lse, dvec, hq, m0, off, L, T, tid, warp);
-        }
+        bw_produce<BM, D, ST>(steps, step_at, sQ, sdO, sLD, bar_f, bar_e, &map_q, &map_do, lse, dvec, off, L, T, tid,
+                              warp);
         return;
     }
 
@@ -752,7 +758,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     }
 
     for (int i = 0; i < steps; i++) {
-        const int st = i % ST, m0 = (last_tile - i / group) * BM;
+        const int st = i % ST, m0 = step_at(i).y;
         const uint32_t cQ = sQ + st * QTILE, cdO = sdO + st * QTILE, cS = sDS + (i & 1) * DSTILE;
         const float *cL = sL + st * 2 * BM, *cD = cL + BM;
         mbar_wait(bar_f + 8 * st, (i / ST) & 1);
@@ -874,24 +880,30 @@ static void fwd_ws(ops_ctx *ctx, bf16 *out, float *lse, const bf16 *q, const bf1
     CUDA_LAUNCH_CHECK();
 }
 
+/* Dynamic shared memory of the dK / dV pass: K and V, stages of (Q, dO,
+ * lse, Dvec), mbarriers, alignment slack. */
+static size_t bw_dkdv_smem(int D) {
+    const int own = BW_OWN, step = BW_STEP, nst = BW_STAGES;
+    return (size_t)(2 * own + 2 * nst * step) * D * 2 + (size_t)nst * 2 * step * 4 + 8 * (1 + 2 * nst) + 1024;
+}
+
 /* The one-pass backward at head dim 128 (see attn_bwd_fused_ws), its flags
  * and accumulator in ctx->scratch after dvec (ops_attention_backward_scratch
  * says where). */
 static void bwd_fused(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
                       const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
                       int Hkv, float scale) {
-    constexpr int D = 128, own = BW_OWN, step = BW_STEP, nst = BW_STAGES;
+    constexpr int D = 128, own = BW_OWN, step = BW_STEP;
     cudaStream_t st = ctx_stream(ctx);
-    const int entries = (T + step - 1) / step + n_seqs;
+    static_assert(BW_STEP == 64, "ops_attention_backward_tiles counts 64-row tiles");
+    const int entries = ops_attention_backward_tiles(T, n_seqs);
     const size_t acc_bytes = (size_t)Hq * entries * step * D * sizeof(float);
     char *base = (char *)ctx->scratch;
     int *flags = (int *)(base + ops_attention_backward_scratch(T, n_seqs, Hq, D, 0));
     float *acc = (float *)(base + ops_attention_backward_scratch(T, n_seqs, Hq, D, 1) - acc_bytes);
     CUDA_CHECK(cudaMemsetAsync(flags, 0, (size_t)Hq * entries * sizeof(int), st));
-    /* K and V, stages of (Q, dO), two dS^T tiles, the dQ share, stages of
-     * (lse, Dvec), mbarriers, alignment slack. */
-    const size_t smem = (size_t)(2 * own + 2 * nst * step) * D * 2 + (size_t)2 * own * step * 2 +
-                        (size_t)step * D * 4 + (size_t)nst * 2 * step * 4 + 8 * (1 + 2 * nst + 2) + 1024;
+    /* The dK / dV pass's, two dS^T tiles, the dQ share, its two mbarriers. */
+    const size_t smem = bw_dkdv_smem(D) + (size_t)2 * own * step * 2 + (size_t)step * D * 4 + 8 * 2;
     wg_smem(attn_bwd_fused_ws<D>, smem);
     const CUtensorMap mq = tmap_rows(q, Hq * D, T, step), mdo = tmap_rows(dout, Hq * D, T, step),
                       mk = tmap_rows(k, Hkv * D, T, own), mv = tmap_rows(v, Hkv * D, T, own);
@@ -919,8 +931,7 @@ static void bwd_ws(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
     cudaStream_t st = ctx_stream(ctx);
     const float sl2 = scale * LOG2E_F;
     const int own = BW_OWN, step = BW_STEP, nst = BW_STAGES;
-    /* K and V, stages of (Q, dO, lse, Dvec), mbarriers, alignment slack. */
-    const size_t smem_kv = (size_t)(2 * own + 2 * nst * step) * D * 2 + (size_t)nst * 2 * step * 4 + 8 * (1 + 2 * nst) + 1024;
+    const size_t smem_kv = bw_dkdv_smem(D);
     wg_smem(attn_bwd_dkdv_ws<D>, smem_kv);
     {
         const CUtensorMap mq = tmap_rows(q, Hq * D, T, step), mdo = tmap_rows(dout, Hq * D, T, step),

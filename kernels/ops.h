@@ -181,11 +181,12 @@ void ops_mem_peak_reset(ops_ctx *ctx);
  * one-pass Hopper backward (ops_tuning.attn_bwd = 2; attention_wgmma.cu),
  * which gives way to the two passes where the scratch is smaller: a flag
  * and a [64, D] fp32 tile per query head and 64-row tile entry, of which
- * a batch has at most ceil(T / 64) + n_seqs. */
+ * a batch has at most ceil(T / 64) + n_seqs (ops_attention_backward_tiles). */
+static inline int ops_attention_backward_tiles(int T, int n_seqs) { return (T + 63) / 64 + n_seqs; }
 static inline size_t ops_attention_backward_scratch(int T, int n_seqs, int Hq, int D, int one_pass) {
     const size_t a = 256, dvec = ((size_t)Hq * T * sizeof(float) + a - 1) / a * a;
     if (!one_pass) return dvec;
-    const size_t entries = ((size_t)T + 63) / 64 + (size_t)n_seqs;
+    const size_t entries = (size_t)ops_attention_backward_tiles(T, n_seqs);
     const size_t flags = ((size_t)Hq * entries * sizeof(int) + a - 1) / a * a;
     return dvec + flags + (size_t)Hq * entries * 64 * D * sizeof(float);
 }

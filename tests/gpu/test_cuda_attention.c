@@ -136,19 +136,51 @@ static int zero_rows(const float *x, int from, int T, size_t row) {
     return 1;
 }
 
+/* The GPU's gradients dev[] (dq, dk, dv) against the CPU's ref[]: within
+ * 2e-2 of each tensor's largest value, padding rows (from `covered`, rows
+ * of row[] elements) exactly 0. `what` names the backward in messages. */
+static void check_grads(ops_ctx *g, const char *name, const char *what, void *const dev[3], float *const ref[3],
+                        const size_t row[3], int covered, int T) {
+    static const char *names[3] = {"dq", "dk", "dv"};
+    int pad_ok = 1;
+    for (int b = 0; b < 3; b++) {
+        const size_t n = (size_t)T * row[b];
+        float *x = dk_malloc(n * 4 + 4);
+        ops_download_act(g, x, dev[b], n);
+        check(names[b], max_abs_diff(x, ref[b], n), 2e-2 * fmax(max_abs(ref[b], n), 1e-30));
+        pad_ok &= zero_rows(x, covered, T, row[b]);
+        free(x);
+    }
+    CHECK(pad_ok, "%s: %s padding rows are not exactly zero", name, what);
+}
+
+/* Whether two device gradient sets (dq, dk, dv of T rows of row[] bf16
+ * elements) hold the same bits. */
+static int same_grads(ops_ctx *g, void *const a[3], void *const b[3], const size_t row[3], int T) {
+    int same = 1;
+    for (int i = 0; i < 3; i++) {
+        const size_t bytes = (size_t)T * row[i] * 2;
+        void *x = raw(g, a[i], bytes), *y = raw(g, b[i], bytes);
+        same &= memcmp(x, y, bytes) == 0;
+        free(x);
+        free(y);
+    }
+    return same;
+}
+
 /* The one-pass backward (ops_tuning.attn_bwd = 2, head dim 128) on the same
- * inputs, against the same CPU gradients rq, rk, rv, twice for the bits.
+ * inputs, against the same CPU gradients ref, twice for the bits.
  * Where it runs (sm_90, the wgmma kernels) its flags in the scratch after
  * dvec must end at the number of key tiles of 128 that reach each 64-row
  * query tile (its shares were all added, in turn); elsewhere the call falls
  * back to the two passes and must leave that region as it was. */
 static void one_pass_case(const attn_case *c, ops_ctx *g, const int *cu, int T, void *ddout, void *dq_in,
                           void *dk_in, void *dv_in, void *dout_gpu, const float *dlse, const int32_t *dcu,
-                          const float *rq, const float *rk, const float *rv) {
+                          float *const ref[3], const size_t row[3]) {
     const int Hq = c->Hq, Hkv = c->Hkv, D = c->D, covered = cu[c->n_seqs];
     const size_t nq = (size_t)T * Hq * D, nk = (size_t)T * Hkv * D;
     const float scale = 1.0f / sqrtf((float)D);
-    const int entries = (T + 63) / 64 + c->n_seqs;
+    const int entries = ops_attention_backward_tiles(T, c->n_seqs);
     const size_t flag_at = ops_attention_backward_scratch(T, c->n_seqs, Hq, D, 0);
     const size_t nflags = (size_t)Hq * entries;
     CHECK(ops_attention_backward_scratch(T, c->n_seqs, Hq, D, 1) <= g->scratch_size,
@@ -167,26 +199,9 @@ static void one_pass_case(const attn_case *c, ops_ctx *g, const int *cu, int T, 
     }
     g->tuning.attn_bwd = 0;
 
-    float *gq = dk_malloc(nq * 4 + 4), *gk = dk_malloc(nk * 4 + 4), *gv = dk_malloc(nk * 4 + 4);
-    ops_download_act(g, gq, out[0][0], nq);
-    ops_download_act(g, gk, out[0][1], nk);
-    ops_download_act(g, gv, out[0][2], nk);
     printf("    one pass (ops_tuning.attn_bwd = 2):\n");
-    check("dq", max_abs_diff(gq, rq, nq), 2e-2 * fmax(max_abs(rq, nq), 1e-30));
-    check("dk", max_abs_diff(gk, rk, nk), 2e-2 * fmax(max_abs(rk, nk), 1e-30));
-    check("dv", max_abs_diff(gv, rv, nk), 2e-2 * fmax(max_abs(rv, nk), 1e-30));
-    CHECK(zero_rows(gq, covered, T, (size_t)Hq * D) && zero_rows(gk, covered, T, (size_t)Hkv * D) &&
-              zero_rows(gv, covered, T, (size_t)Hkv * D),
-          "%s: one-pass backward padding rows are not exactly zero", c->name);
-    int same = 1;
-    for (int b = 0; b < 3; b++) {
-        const size_t bytes = (b ? nk : nq) * 2;
-        void *x = raw(g, out[0][b], bytes), *y = raw(g, out[1][b], bytes);
-        same &= memcmp(x, y, bytes) == 0;
-        free(x);
-        free(y);
-    }
-    CHECK(same, "%s: one-pass backward not bit-reproducible", c->name);
+    check_grads(g, c->name, "one-pass backward", out[0], ref, row, covered, T);
+    CHECK(same_grads(g, out[0], out[1], row, T), "%s: one-pass backward not bit-reproducible", c->name);
 
 #ifndef ATTN_FORCE_MMA
     const int runs = device_compute_capability(0) == 90;
@@ -210,9 +225,6 @@ static void one_pass_case(const attn_case *c, ops_ctx *g, const int *cu, int T, 
     for (int run = 0; run < 2; run++)
         for (int b = 0; b < 3; b++) ops_free(g, out[run][b]);
     free(flags);
-    free(gq);
-    free(gk);
-    free(gv);
 }
 
 static void run_case(const attn_case *c, ops_ctx *g) {
@@ -294,34 +306,24 @@ static void run_case(const attn_case *c, ops_ctx *g) {
                            D, scale);
     ops_sync(g);
     double t_bwd = dk_now() - t0;
-    float *gq = dk_malloc(nq * 4 + 4), *gk = dk_malloc(nk * 4 + 4), *gv = dk_malloc(nk * 4 + 4);
-    ops_download_act(g, gq, gdq, nq);
-    ops_download_act(g, gk, gdk, nk);
-    ops_download_act(g, gv, gdv, nk);
     float *rq = dk_malloc(nq * 4 + 4), *rk = dk_malloc(nk * 4 + 4), *rv = dk_malloc(nk * 4 + 4);
     ops_attention_backward(&cpu, rq, rk, rv, dout, q, k, v, out, lse, cu, c->n_seqs, T, Hq, Hkv, D, scale);
-    check("dq", max_abs_diff(gq, rq, nq), 2e-2 * fmax(max_abs(rq, nq), 1e-30));
-    check("dk", max_abs_diff(gk, rk, nk), 2e-2 * fmax(max_abs(rk, nk), 1e-30));
-    check("dv", max_abs_diff(gv, rv, nk), 2e-2 * fmax(max_abs(rv, nk), 1e-30));
-    CHECK(zero_rows(gq, covered, T, (size_t)Hq * D) && zero_rows(gk, covered, T, (size_t)Hkv * D) &&
-              zero_rows(gv, covered, T, (size_t)Hkv * D),
-          "%s: backward padding rows are not exactly zero", c->name);
+    void *const grads[3] = {gdq, gdk, gdv};
+    float *const ref[3] = {rq, rk, rv};
+    const size_t row[3] = {(size_t)Hq * D, (size_t)Hkv * D, (size_t)Hkv * D};
+    check_grads(g, c->name, "backward", grads, ref, row, covered, T);
 
     void *gdq2 = dev_nan_act(g, nq), *gdk2 = dev_nan_act(g, nk), *gdv2 = dev_nan_act(g, nk);
     ops_attention_backward(g, gdq2, gdk2, gdv2, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, c->n_seqs, T, Hq,
                            Hkv, D, scale);
-    void *a1 = raw(g, gdq, nq * 2), *a2 = raw(g, gdq2, nq * 2);
-    void *b1 = raw(g, gdk, nk * 2), *b2 = raw(g, gdk2, nk * 2);
-    void *c1 = raw(g, gdv, nk * 2), *c2 = raw(g, gdv2, nk * 2);
-    CHECK(memcmp(a1, a2, nq * 2) == 0 && memcmp(b1, b2, nk * 2) == 0 && memcmp(c1, c2, nk * 2) == 0,
-          "%s: backward not bit-reproducible", c->name);
+    void *const grads2[3] = {gdq2, gdk2, gdv2};
+    CHECK(same_grads(g, grads, grads2, row, T), "%s: backward not bit-reproducible", c->name);
     printf("    first-call time: forward %.2f ms, backward %.2f ms\n", t_fwd * 1e3, t_bwd * 1e3);
-    if (D == 128) one_pass_case(c, g, cu, T, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, rq, rk, rv);
+    if (D == 128) one_pass_case(c, g, cu, T, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, ref, row);
 
     void *dev[] = {dq_in, dk_in, dv_in, ddout, dcu, dout_gpu, dlse, out2, lse2, gdq, gdk, gdv, gdq2, gdk2, gdv2};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) ops_free(g, dev[i]);
-    void *host[] = {q, k, v, dout, out, lse, out_ref, lse_ref, ra, rb, la, lb, gq, gk, gv, rq, rk, rv,
-                    a1, a2, b1, b2, c1, c2};
+    void *host[] = {q, k, v, dout, out, lse, out_ref, lse_ref, ra, rb, la, lb, rq, rk, rv};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     ops_ctx_free(&cpu);
 }
