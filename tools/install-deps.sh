@@ -30,6 +30,15 @@ py_pkgs=(torch triton numpy safetensors transformers tokenizers sentencepiece te
 stamp=.venv/.drkernel-deps
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${py_pkgs[*]}" ]; then
   echo "install-deps: python venv .venv: ${py_pkgs[*]}"
+  # The venv takes ~6 GB once unpacked, and pip needs room for the wheels
+  # besides. A disk that cannot hold it fails here, saying so, instead of in
+  # pip's retries with a venv half written.
+  need_kb=$((9 * 1024 * 1024))
+  free_kb=$(df -Pk . | awk 'NR==2 {print $4}')
+  if [ "${free_kb:-0}" -lt "$need_kb" ]; then
+    echo "install-deps: $(pwd) has $((free_kb / 1024)) MB free; the venv .venv needs about $((need_kb / 1024)) MB" >&2
+    exit 1
+  fi
   [ -x .venv/bin/python ] || python3 -m venv .venv
   pip=(.venv/bin/python -m pip)
   # torch pulls ~3 GB of CUDA wheels from PyPI; a dropped connection midway
