@@ -501,8 +501,6 @@ static void bwd_launch(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *d
                        const bf16 *v, const bf16 *out, const float *lse, float *dvec, const int32_t *cu, int n_seqs,
                        int T, int Hq, int Hkv, float scale) {
     using cfg = bwd_cfg<D>;
-    if (ctx->tuning.attn_bwd < 0 || ctx->tuning.attn_bwd > 2)
-        DK_ABORT("ops_tuning.attn_bwd = %d: expected 0, 1 or 2", ctx->tuning.attn_bwd);
     cudaStream_t st = ctx_stream(ctx);
     const float scale_log2 = scale * LOG2E_F;
     const size_t rows = (size_t)T * Hq;
@@ -532,6 +530,9 @@ extern "C" void cuda_attention_forward(ops_ctx *ctx, void *out, float *lse, cons
                                        int D, float scale) {
     const void *ptrs[] = {out, q, k, v};
     attn_check("attention_forward", ptrs, 4, n_seqs, T, Hq, Hkv, D, scale);
+    /* Before any launch, so that a bad pin stops the run with nothing queued. */
+    if (ctx->tuning.attn_fwd < 0 || ctx->tuning.attn_fwd > 2)
+        DK_ABORT("ops_tuning.attn_fwd = %d: expected 0, 1 or 2", ctx->tuning.attn_fwd);
     if (T == 0) return;
     attn_pad_job job = {};
     job.buf[0] = (bf16 *)out;
@@ -541,8 +542,6 @@ extern "C" void cuda_attention_forward(ops_ctx *ctx, void *out, float *lse, cons
     job.fh = Hq;
     attn_pad_launch(ctx, job, cu_seqlens, n_seqs, T, 0);
     if (n_seqs == 0) return;
-    if (ctx->tuning.attn_fwd < 0 || ctx->tuning.attn_fwd > 2)
-        DK_ABORT("ops_tuning.attn_fwd = %d: expected 0, 1 or 2", ctx->tuning.attn_fwd);
     if (D >= 64 && attn_wgmma_ok(ctx) &&
         attn_fwd_wgmma(ctx, (bf16 *)out, lse, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, cu_seqlens, n_seqs,
                        T, Hq, Hkv, D, scale))
@@ -564,6 +563,8 @@ extern "C" void cuda_attention_backward(ops_ctx *ctx, void *dq, void *dk, void *
                                         float scale) {
     const void *ptrs[] = {dq, dk, dv, dout, q, k, v, out};
     attn_check("attention_backward", ptrs, 8, n_seqs, T, Hq, Hkv, D, scale);
+    if (ctx->tuning.attn_bwd < 0 || ctx->tuning.attn_bwd > 2)
+        DK_ABORT("ops_tuning.attn_bwd = %d: expected 0, 1 or 2", ctx->tuning.attn_bwd);
     if (T == 0) return;
     float *dvec = (float *)ctx_scratch(ctx, (size_t)Hq * T * sizeof(float), "attention_backward");
     attn_pad_job job = {};

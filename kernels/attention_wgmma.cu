@@ -920,9 +920,9 @@ static void bwd_ws(ops_ctx *ctx, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout,
                    const bf16 *v, const float *lse, const float *dvec, const int32_t *cu, int n_seqs, int T, int Hq,
                    int Hkv, float scale) {
     if constexpr (D == 128) {
-        /* One pass where asked for and where its accumulator fits the
-         * scratch behind dvec (cuda_attention_backward puts dvec first). */
-        if (ctx->tuning.attn_bwd == 2 && dvec == (const float *)ctx->scratch && is_aligned16(dq) &&
+        /* One pass unless the two are pinned, where its accumulator fits
+         * the scratch behind dvec (cuda_attention_backward puts dvec first). */
+        if (ctx->tuning.attn_bwd != 1 && dvec == (const float *)ctx->scratch && is_aligned16(dq) &&
             ops_attention_backward_scratch(T, n_seqs, Hq, D, 1) <= ctx->scratch_size) {
             bwd_fused(ctx, dq, dk, dv, dout, q, k, v, lse, dvec, cu, n_seqs, T, Hq, Hkv, scale);
             return;

@@ -61,11 +61,12 @@ typedef struct ops_tuning {
      * can on the wgmma kernel (matmul_skinny_wgmma.cu; sm_90 only, as 1
      * elsewhere), -1 none (cuBLASLt, with its fp32 detour for a long K). */
     int skinny_use;
-    /* The Hopper attention backward at head_dim 128: 0 chosen (today the
-     * two passes), 1 two passes (dK / dV, then dQ recomputing S and dP), 2
-     * one pass that adds dQ up through ctx->scratch in a fixed order
-     * (attention_wgmma.cu), two passes where the GPU, head_dim, alignment
-     * or scratch does not allow it. */
+    /* The Hopper attention backward at head_dim 128: 0 chosen (the one
+     * pass), 1 two passes (dK / dV, then dQ recomputing S and dP), 2 one
+     * pass that adds dQ up through ctx->scratch in a fixed order
+     * (attention_wgmma.cu); 0 and 2 take the two passes where the GPU,
+     * head_dim, alignment or scratch does not allow the one. Both give the
+     * same bits on every run. */
     int attn_bwd;
     /* The Hopper attention forward: 0 chosen (today a block per query
      * tile), 1 a block per query tile, 2 persistent: a block per SM that
@@ -178,7 +179,7 @@ size_t ops_mem_peak(ops_ctx *ctx);
 void ops_mem_peak_reset(ops_ctx *ctx);
 /* Scratch bytes ops_attention_backward takes on CUDA: Dvec (Hq * T
  * floats), and with one_pass also the flags and fp32 dQ accumulator of the
- * one-pass Hopper backward (ops_tuning.attn_bwd = 2; attention_wgmma.cu),
+ * one-pass Hopper backward (ops_tuning.attn_bwd 0 or 2; attention_wgmma.cu),
  * which gives way to the two passes where the scratch is smaller: a flag
  * and a [64, D] fp32 tile per query head and 64-row tile entry, of which
  * a batch has at most ceil(T / 64) + n_seqs (ops_attention_backward_tiles). */

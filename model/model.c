@@ -29,11 +29,24 @@ static size_t attn_scratch_bytes(const model_config *cfg, int max_tokens) {
     return strips > per_head ? strips : per_head;
 }
 
+/* Sequences a batch of T tokens is planned for in the one-pass attention
+ * backward's dQ accumulator: one per MODEL_ATTN_ONE_PASS_SEQ_TOKENS tokens,
+ * plus one. A batch of shorter sequences is still right: the backward
+ * takes its two passes when the scratch cannot hold the accumulator. */
+#define MODEL_ATTN_ONE_PASS_SEQ_TOKENS 256
+
 size_t model_scratch_bytes(const model_config *cfg, int max_tokens) {
     size_t T = max_tokens > 0 ? (size_t)max_tokens : 0;
     size_t chunk = cfg->vocab_size < MODEL_LMHEAD_CHUNK ? (size_t)cfg->vocab_size : MODEL_LMHEAD_CHUNK;
     size_t lmhead = T * chunk * sizeof(float), attn = attn_scratch_bytes(cfg, max_tokens);
-    return lmhead > attn ? lmhead : attn;
+    size_t need = lmhead > attn ? lmhead : attn;
+    /* Room for the one-pass Hopper backward (head dim 128 only; ops.h). */
+    if (cfg->head_dim == 128 && T > 0) {
+        int seqs = (int)(T / MODEL_ATTN_ONE_PASS_SEQ_TOKENS) + 1;
+        size_t one = ops_attention_backward_scratch((int)T, seqs, cfg->n_heads, cfg->head_dim, 1);
+        if (one > need) need = one;
+    }
+    return need;
 }
 
 static void *dev_alloc(model *m, size_t bytes) {

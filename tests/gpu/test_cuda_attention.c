@@ -26,9 +26,10 @@
  * pre-filled with NaN so an element the kernel forgets shows up; padding rows
  * must be exactly 0; two runs must be bit-identical.
  *
- * At head_dim 128 the one-pass Hopper backward (ops_tuning.attn_bwd = 2)
- * is checked the same way, and its ordering flags are read back from the
- * scratch (each must count the key tiles that reach its query tile). The
+ * The backward runs with its two passes pinned (ops_tuning.attn_bwd = 1);
+ * at head_dim 128 the one-pass Hopper backward (attn_bwd = 2, and the
+ * chosen one, 0, which must give its bits) is checked the same way, and
+ * its ordering flags are read back from the scratch (each must count the key tiles that reach its query tile). The
  * persistent forward (ops_tuning.attn_fwd = 2) must give the bits of a
  * block per tile; one case has more query tiles than an H100 or H200 has
  * SMs, so that its blocks walk several. A pinned attn_bwd or attn_fwd out
@@ -189,9 +190,10 @@ static void one_pass_case(const attn_case *c, ops_ctx *g, const int *cu, int T, 
     memset(flags, 0xff, nflags * sizeof(int)); /* -1: a sentinel the two passes leave alone */
     ops_upload(g, (char *)g->scratch + flag_at, flags, nflags * sizeof(int));
 
-    g->tuning.attn_bwd = 2;
-    void *out[2][3];
-    for (int run = 0; run < 2; run++) {
+    /* Runs 0 and 1 pinned to the one pass, run 2 the chosen backward. */
+    void *out[3][3];
+    for (int run = 0; run < 3; run++) {
+        g->tuning.attn_bwd = run < 2 ? 2 : 0;
         for (int b = 0; b < 3; b++) out[run][b] = dev_nan_act(g, b ? nk : nq);
         ops_attention_backward(g, out[run][0], out[run][1], out[run][2], ddout, dq_in, dk_in, dv_in, dout_gpu, dlse,
                                dcu, c->n_seqs, T, Hq, Hkv, D, scale);
@@ -202,6 +204,8 @@ static void one_pass_case(const attn_case *c, ops_ctx *g, const int *cu, int T, 
     printf("    one pass (ops_tuning.attn_bwd = 2):\n");
     check_grads(g, c->name, "one-pass backward", out[0], ref, row, covered, T);
     CHECK(same_grads(g, out[0], out[1], row, T), "%s: one-pass backward not bit-reproducible", c->name);
+    CHECK(same_grads(g, out[0], out[2], row, T), "%s: the chosen backward (attn_bwd = 0) is not the one pass",
+          c->name);
 
 #ifndef ATTN_FORCE_MMA
     const int runs = device_compute_capability(0) == 90;
@@ -222,7 +226,7 @@ static void one_pass_case(const attn_case *c, ops_ctx *g, const int *cu, int T, 
         }
     }
     CHECK(bad == 0, "%s: %d one-pass flags off (the pass %s)", c->name, bad, runs ? "must run here" : "cannot run here");
-    for (int run = 0; run < 2; run++)
+    for (int run = 0; run < 3; run++)
         for (int b = 0; b < 3; b++) ops_free(g, out[run][b]);
     free(flags);
 }
@@ -299,7 +303,9 @@ static void run_case(const attn_case *c, ops_ctx *g) {
     ops_free(g, out3);
     ops_free(g, lse3);
 
-    /* ---- backward, on the GPU forward's out and lse ---- */
+    /* ---- backward, on the GPU forward's out and lse: the two passes
+     * (ops_tuning.attn_bwd = 1; the one pass follows, one_pass_case) ---- */
+    g->tuning.attn_bwd = 1;
     void *gdq = dev_nan_act(g, nq), *gdk = dev_nan_act(g, nk), *gdv = dev_nan_act(g, nk);
     t0 = dk_now();
     ops_attention_backward(g, gdq, gdk, gdv, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, c->n_seqs, T, Hq, Hkv,
@@ -317,6 +323,7 @@ static void run_case(const attn_case *c, ops_ctx *g) {
     ops_attention_backward(g, gdq2, gdk2, gdv2, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, c->n_seqs, T, Hq,
                            Hkv, D, scale);
     void *const grads2[3] = {gdq2, gdk2, gdv2};
+    g->tuning.attn_bwd = 0;
     CHECK(same_grads(g, grads, grads2, row, T), "%s: backward not bit-reproducible", c->name);
     printf("    first-call time: forward %.2f ms, backward %.2f ms\n", t_fwd * 1e3, t_bwd * 1e3);
     if (D == 128) one_pass_case(c, g, cu, T, ddout, dq_in, dk_in, dv_in, dout_gpu, dlse, dcu, ref, row);

@@ -63,7 +63,9 @@
  * more step under the per-op timer (kernels/op_timer.h), and its table: the
  * time of each op, the stream's idle time between ops, and their shares.
  * --attn-fwd N / --attn-bwd N: the attention kernels' pins (ops_tuning in
- * kernels/ops.h: 2 is the persistent forward, the one-pass backward). */
+ * kernels/ops.h: 0 the chosen kernels, which are a block per query tile
+ * and the one-pass backward at head dim 128; 2 the persistent forward;
+ * 1 the two-pass backward). */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdint.h>
@@ -161,8 +163,8 @@ static double step_flops(const model *m, int B, int S) {
  * (kernels/op_timer.h), whose table is printed with the configuration. */
 static int op_times;
 /* --attn-fwd N, --attn-bwd N: ops_tuning.attn_fwd / attn_bwd (ops.h) for
- * every step; with attn_bwd 2 the context's scratch also holds the
- * one-pass backward's accumulator. */
+ * every step (model_scratch_bytes holds the one-pass backward's
+ * accumulator for these batches of long sequences). */
 static int attn_fwd_pin, attn_bwd_pin;
 
 static void run_config(const shape *sh, dk_device dev, int recompute, int warmup, int steps, result *r) {
@@ -173,12 +175,7 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     rng = 0x2545f4914f6cdd1dull; /* same weights and batch for every recompute mode: same loss */
 
     ops_ctx ctx;
-    size_t scratch = model_scratch_bytes(c, T);
-    if (attn_bwd_pin == 2) {
-        const size_t one = ops_attention_backward_scratch(T, B, c->n_heads, c->head_dim, 1);
-        if (one > scratch) scratch = one;
-    }
-    must(ops_ctx_init(&ctx, dev, 0, scratch), "ops_ctx_init");
+    must(ops_ctx_init(&ctx, dev, 0, model_scratch_bytes(c, T)), "ops_ctx_init");
     ctx.tuning.attn_fwd = attn_fwd_pin;
     ctx.tuning.attn_bwd = attn_bwd_pin;
     model m;
