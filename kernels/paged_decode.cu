@@ -17,15 +17,17 @@ static pd_kernel kernel_for(int D, int G, int nw, int lm) {
 /* Dynamic shared memory of the (G, nw, lm) instance: its ring. */
 static size_t pd_smem_of(int G, int nw, int lm) { return pd_smem(pd_g_max(G), nw, lm); }
 
-/* How a step's kernel loads its rows (LM above): where the (token, KV
- * head) units are fewer than the SMs, so that the splits of a long
- * context, one CTA an SM, must keep the loads in flight, the next rows in
- * registers for groups of up to 2 heads, the shared-memory ring for wider
- * ones (which the second register set would cost their 16-warp CTAs);
- * direct loads where a batch fills the SMs with CTAs. Measured on an H100,
- * batch 1: Qwen3-1.7B at 32k context read a layer in 62.6 us with
- * registers, 69.3 direct, 71.9 through the ring; Qwen3-8B at 8k in 28.2 us
- * through the ring, 29.5 direct, 32.7 with registers (8 warps a CTA).
+/* How a step's kernel loads its rows (LM above): for groups of up to 2
+ * heads the next rows in registers, at any batch; for wider groups, where
+ * the (token, KV head) units are fewer than the SMs, so that the splits of
+ * a long context, one CTA an SM, must keep the loads in flight, the
+ * shared-memory ring (which the second register set would cost their
+ * 16-warp CTAs), and direct loads where a batch fills the SMs with CTAs.
+ * Measured on an H100: at batch 1, Qwen3-1.7B at 32k context read a layer
+ * in 62.6 us with registers, 69.3 direct, 71.9 through the ring; Qwen3-8B
+ * at 8k in 28.2 us through the ring, 29.5 direct, 32.7 with registers (8
+ * warps a CTA); at batch 64, 640 tokens of context, Qwen3-1.7B in 64.3 us
+ * with registers, 68.3 direct (bench_generate --quick).
  * ctx->tuning.decode_prefetch pins it. */
 static int pd_load_mode(const ops_ctx *ctx, long T, int Hkv, int G) {
     const int forced = ctx->tuning.decode_prefetch;
@@ -34,8 +36,8 @@ static int pd_load_mode(const ops_ctx *ctx, long T, int Hkv, int G) {
                  "registers) or 2 (a shared-memory ring)",
                  forced);
     if (forced) return forced < 0 ? PD_DIRECT : forced;
-    if (T * Hkv >= cuda_sm_count(ctx)) return PD_DIRECT;
-    return pd_g_max(G) <= 2 ? PD_REGS : PD_RING;
+    if (pd_g_max(G) <= 2) return PD_REGS;
+    return T * Hkv >= cuda_sm_count(ctx) ? PD_DIRECT : PD_RING;
 }
 
 int cuda_paged_decode_fits(int D, int G) {
