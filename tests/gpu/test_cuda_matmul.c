@@ -167,6 +167,8 @@ static void check_matmul(ctx_pair *p) {
         if (!narrow && device_compute_capability(p->gpu.gpu) != 90) continue;
         p->gpu.tuning.skinny_bn = wg_plans[i][0], p->gpu.tuning.skinny_splits = wg_plans[i][1];
         run_rows_wt(p, wg_every, sizeof wg_every / sizeof wg_every[0], &worst, &cases);
+        printf("  wgmma skinny, %d columns x %d splits (0: chosen): %d cases so far, worst ratio %.3g\n",
+               wg_plans[i][0], wg_plans[i][1], cases, worst);
     }
     p->gpu.tuning.skinny_bn = 0, p->gpu.tuning.skinny_splits = 0;
     const int wg_model[][3] = {{64, 12288, 2048}, {64, 4096, 2048}, {64, 2048, 6144}}; /* 1.7B gate|up, q|k|v, down */
@@ -298,6 +300,7 @@ static void check_tuning_errors(ctx_pair *p) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a test stopped by a timeout keeps its progress lines */
     ctx_pair p;
     pair_init(&p, 0);
     rng_seed(5);
