@@ -380,6 +380,48 @@ __device__ __forceinline__ void bw_sdp(float (&s)[BM / 8][4], float (&dp)[BM / 8
     reg_fence(dp);
 }
 
+/* Thread 0 of a dK / dV block: the K / V barrier and each stage's full and
+ * empty barriers (the caller adds its own, then the init fence). */
+template <int ST>
+__device__ __forceinline__ void bw_bars_init(uint32_t bar_kv, uint32_t bar_f, uint32_t bar_e) {
+    mbar_init(bar_kv, 1);
+    for (int s = 0; s < ST; s++) {
+        mbar_init(bar_f + 8 * s, 1 + 64); /* the TMA thread, 64 lse / Dvec lanes */
+        mbar_init(bar_e + 8 * s, 8);
+    }
+}
+
+/* One thread: ROWS rows of two tensors (K and V, or Q and dO) from column
+ * col, row row, into the tiles ta and tb, both onto the barrier bar. */
+template <int ROWS, int D>
+__device__ __forceinline__ void tma_tile_pair(uint32_t ta, uint32_t tb, const CUtensorMap *map_a,
+                                              const CUtensorMap *map_b, int col, int row, uint32_t bar) {
+    mbar_expect(bar, 2 * (uint32_t)ROWS * D * 2);
+    tma_tile<ROWS, D>(ta, map_a, col, row, bar);
+    tma_tile<ROWS, D>(tb, map_b, col, row, bar);
+}
+
+/* The head of a dK / dV step, shared by both backwards: waits for the
+ * stage's (Q, dO) tile (full barrier bar at this parity), zeroes its rows
+ * past the sequence's end L, takes S^T and dP^T for this warpgroup's keys,
+ * then turns them into P^T (in s) and dS^T = P^T (dP^T - Dvec) (in dp),
+ * masked where the tile meets these keys' diagonal or the sequence's end. */
+template <int BM, int BN, int D>
+__device__ __forceinline__ void bw_step_grads(float (&s)[BM / 8][4], float (&dp)[BM / 8][4], uint32_t ka, uint32_t va,
+                                              uint32_t cQ, uint32_t cdO, const float *cL, const float *cD, uint32_t bar,
+                                              uint32_t parity, int m0, int n0, int krow, int L, int g, int t4,
+                                              int ctid, int wg, float scale_log2) {
+    mbar_wait(bar, parity);
+    if (m0 + BM > L) {
+        tile_zero_tail<BM, D>(cQ, L - m0, ctid, wg);
+        tile_zero_tail<BM, D>(cdO, L - m0, ctid, wg);
+    }
+    bw_sdp<BM, BN, D>(s, dp, ka, va, cQ, cdO);
+    const bool edge = (m0 < n0 + BN) || (m0 + BM > L);
+    strip_dkdv_p(s, cL, edge, n0 + krow, m0, L, g, t4, scale_log2);
+    strip_dkdv_ds(s, dp, cD, t4);
+}
+
 /* Issues dV += P^T dO and dK += dS^T Q (dO and Q MN-major) from P^T in s
  * and dS^T in dp, packed into pa and da, which must live until the caller
  * has waited for the products. */
@@ -436,11 +478,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     const int m_first = tk.m_first, per_head = tk.per_head, steps = tk.steps;
 
     if (tid == 0) {
-        mbar_init(bar_kv, 1);
-        for (int s = 0; s < ST; s++) {
-            mbar_init(bar_f + 8 * s, 1 + 64); /* the TMA thread, 64 lse / Dvec lanes */
-            mbar_init(bar_e + 8 * s, 8);
-        }
+        bw_bars_init<ST>(bar_kv, bar_f, bar_e);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -448,11 +486,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     if (warp < 4) {
         /* ---- producer ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
-        if (tid == 0) {
-            mbar_expect(bar_kv, 2 * KTILE);
-            tma_tile<BN, D>(sK, &map_k, kvh * D, off + n0, bar_kv);
-            tma_tile<BN, D>(sV, &map_v, kvh * D, off + n0, bar_kv);
-        }
+        if (tid == 0) tma_tile_pair<BN, D>(sK, sV, &map_k, &map_v, kvh * D, off + n0, bar_kv);
         if (warp == 0 && lane != 0) return;
         if (warp == 3) return;
         /* The group's heads in order, each over its query tiles from the diagonal. */
@@ -480,19 +514,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         const int st = i % ST, m0 = (m_first + i % per_head) * BM;
         const uint32_t cQ = sQ + st * QTILE, cdO = sdO + st * QTILE;
         const float *cL = sL + st * 2 * BM, *cD = cL + BM;
-        mbar_wait(bar_f + 8 * st, (i / ST) & 1);
-        if (m0 + BM > L) {
-            tile_zero_tail<BM, D>(cQ, L - m0, ctid, wg);
-            tile_zero_tail<BM, D>(cdO, L - m0, ctid, wg);
-        }
-
-        bw_sdp<BM, BN, D>(s, dp, ka, va, cQ, cdO);
-
-        /* P^T, then dS^T = P^T (dP^T - Dvec); masked where the tile meets
-         * these keys' diagonal or the sequence's end. */
-        const bool edge = (m0 < n0 + BN) || (m0 + BM > L);
-        strip_dkdv_p(s, cL, edge, n0 + krow, m0, L, g, t4, scale_log2);
-        strip_dkdv_ds(s, dp, cD, t4);
+        bw_step_grads<BM, BN, D>(s, dp, ka, va, cQ, cdO, cL, cD, bar_f + 8 * st, (i / ST) & 1, m0, n0, krow, L, g, t4,
+                                 ctid, wg, scale_log2);
 
         uint32_t pa[BM / 16][4], da[BM / 16][4];
         bw_issue_dvdk<BM, D>(dV, dK, s, dp, pa, da, cQ, cdO);
@@ -544,15 +567,11 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         /* ---- producer ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid == 0) {
-            mbar_expect(bar_q, 2 * QTILE);
-            tma_tile<BM, D>(sQ, &map_q, h * D, off + q0, bar_q);
-            tma_tile<BM, D>(sdO, &map_do, h * D, off + q0, bar_q);
+            tma_tile_pair<BM, D>(sQ, sdO, &map_q, &map_do, h * D, off + q0, bar_q);
             for (int it = 0; it < nkv; it++) {
                 const int s = it % ST, use = it / ST, row = off + (nkv - 1 - it) * BN;
                 stage_wait_empty(bar_e + 8 * s, use);
-                mbar_expect(bar_f + 8 * s, 2 * KTILE);
-                tma_tile<BN, D>(sK + s * KTILE, &map_k, kvh * D, row, bar_f + 8 * s);
-                tma_tile<BN, D>(sV + s * KTILE, &map_v, kvh * D, row, bar_f + 8 * s);
+                tma_tile_pair<BN, D>(sK + s * KTILE, sV + s * KTILE, &map_k, &map_v, kvh * D, row, bar_f + 8 * s);
             }
         }
         return;
@@ -684,11 +703,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     auto step_at = [&](int i) { return make_int2(kvh * group + i % group, (last_tile - i / group) * BM); };
 
     if (tid == 0) {
-        mbar_init(bar_kv, 1);
-        for (int s = 0; s < ST; s++) {
-            mbar_init(bar_f + 8 * s, 1 + 64); /* the TMA thread, 64 lse / Dvec lanes */
-            mbar_init(bar_e + 8 * s, 8);
-        }
+        bw_bars_init<ST>(bar_kv, bar_f, bar_e);
         mbar_init(bar_qf, 8); /* one arrival per consumer warp */
         mbar_init(bar_qe, 1); /* the writer */
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -698,11 +713,7 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
     if (warp < 4) {
         /* ---- producer: TMA thread, lse / Dvec warps, dQ writer ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (tid == 0) {
-            mbar_expect(bar_kv, 2 * KTILE);
-            tma_tile<BN, D>(sK, &map_k, kvh * D, off + n0, bar_kv);
-            tma_tile<BN, D>(sV, &map_v, kvh * D, off + n0, bar_kv);
-        }
+        if (tid == 0) tma_tile_pair<BN, D>(sK, sV, &map_k, &map_v, kvh * D, off + n0, bar_kv);
         if (warp == 3) {
             const int first = tile_entry_first(cu, tk.seq, BM), kt = n0 / BN;
             if (lane != 0) return;
@@ -761,17 +772,8 @@ __global__ void __launch_bounds__(FW_THREADS, 1)
         const int st = i % ST, m0 = step_at(i).y;
         const uint32_t cQ = sQ + st * QTILE, cdO = sdO + st * QTILE, cS = sDS + (i & 1) * DSTILE;
         const float *cL = sL + st * 2 * BM, *cD = cL + BM;
-        mbar_wait(bar_f + 8 * st, (i / ST) & 1);
-        if (m0 + BM > L) {
-            tile_zero_tail<BM, D>(cQ, L - m0, ctid, wg);
-            tile_zero_tail<BM, D>(cdO, L - m0, ctid, wg);
-        }
-
-        bw_sdp<BM, BN, D>(s, dp, ka, va, cQ, cdO);
-
-        const bool edge = (m0 < n0 + BN) || (m0 + BM > L);
-        strip_dkdv_p(s, cL, edge, n0 + krow, m0, L, g, t4, scale_log2);
-        strip_dkdv_ds(s, dp, cD, t4);
+        bw_step_grads<BM, BN, D>(s, dp, ka, va, cQ, cdO, cL, cD, bar_f + 8 * st, (i / ST) & 1, m0, n0, krow, L, g, t4,
+                                 ctid, wg, scale_log2);
 
         /* dS^T into this step's [keys, queries] tile: row = key, the
          * 16-byte chunk j = queries 8j .. 8j + 7. */
