@@ -22,12 +22,17 @@
  * consumer warpgroups, each multiplying the one A tile by its BN = 64, 96
  * or 128 rows of the W tile (wgmma n64 / n96 / n128). Every block reads
  * A again (from L2), 64 / (NWG BN) of W's bytes more: 67% at 96 columns,
- * 25% at 2 x 128, traffic L2 must carry beside W's own stream, so the
- * plan (skinny_plan.c) takes the widest block of the widths (64, 96, 128,
- * 2 x 96, 2 x 128) whose column tiles, times the splits of K, come within
- * 2% of the best fill of whole waves of one block per SM (12288 columns:
- * 64 blocks of 2 x 96 split in 2, 128 blocks on 132 SMs, where 1 x 128
- * gives 96).
+ * 25% at 2 x 128, traffic L2 must carry beside W's own stream. The plan
+ * (skinny_plan.c) takes the best fill of whole waves of one block per SM
+ * over the widths (64, 96, 128, 2 x 96, 2 x 128) and 1, 2, 4 or 8 splits
+ * of K, a split plan only where its clusters all fit at once
+ * (cudaOccupancyMaxActiveClusters: 66 of 2, 30 of 4 and 15 of 8 on an
+ * H100's 132 SMs), and of the plans within 2% of that fill, the fewest
+ * splits, then the widest. Measured on an H100 (bench_ops --decode, 17
+ * decode products of the 1.7B, 8B and 14B shapes) it ran within 3% of the
+ * fastest pinned plan on each; the rule it replaced (the widest within 2%,
+ * whatever its splits) took 32 clusters of 4 or 16 of 8 where only 30 or
+ * 15 fit, a second wave of short blocks, at 63-71% of the best on four.
  *
  * Split-K and the epilogue are matmul_skinny.cu's: the nsplit blocks of one
  * column tile form a cluster, each leaves its fp32 partial tile in its own
@@ -42,6 +47,8 @@
  * wait. Taken for K % 64 == 0, 16-byte aligned A and W, on sm_90 only:
  * elsewhere the body traps, and the host never launches it there. */
 #include <cooperative_groups.h>
+#include <pthread.h>
+#include <string.h>
 
 #include "kernels/skinny_common.cuh"
 #include "kernels/skinny_plan.h"
@@ -201,12 +208,55 @@ static int sw_width_index(int cols) {
     return w;
 }
 
+/* clusters[s] (s = 2, 4, 8): the most clusters of s blocks the GPU holds
+ * at once, of the instance that holds the fewest, which skinny_plan takes
+ * a split plan only within. Asked once per device: a GPC whose count of
+ * multiprocessors s does not divide leaves some idle, so it is not sms / s. */
+#define SW_MAX_DEVICES 64
+static int sw_resident[SW_MAX_DEVICES][SW_MAX_SPLIT + 1];
+static pthread_mutex_t sw_lock = PTHREAD_MUTEX_INITIALIZER;
+
+extern "C" void cuda_skinny_wgmma_clusters(ops_ctx *ctx, int *clusters) {
+    const int dev = ctx->gpu >= 0 && ctx->gpu < SW_MAX_DEVICES ? ctx->gpu : -1;
+    pthread_mutex_lock(&sw_lock);
+    if (dev < 0 || !sw_resident[dev][2]) {
+        int most[SW_MAX_SPLIT + 1] = {0};
+        for (int s = 2; s <= SW_MAX_SPLIT; s *= 2) {
+            most[s] = cuda_sm_count(ctx) / s;
+            for (int w = 0; w < SKINNY_PLAN_WIDTHS; w++) {
+                const int cols = skinny_plan_widths[w], threads = sw_threads(sw_widths[w].nwg);
+                const size_t smem = sw_smem_bytes(cols);
+                cuda_kernel_per_sm(ctx, (const void *)sw_widths[w].k, threads, smem); /* the smem limit */
+                cudaLaunchConfig_t cfg = {};
+                cudaLaunchAttribute attr;
+                attr.id = cudaLaunchAttributeClusterDimension;
+                attr.val.clusterDim.x = 1, attr.val.clusterDim.y = (unsigned)s, attr.val.clusterDim.z = 1;
+                cfg.gridDim = dim3(1, (unsigned)s), cfg.blockDim = dim3((unsigned)threads);
+                cfg.dynamicSmemBytes = smem, cfg.attrs = &attr, cfg.numAttrs = 1;
+                int n = 0;
+                CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, sw_widths[w].k, &cfg));
+                if (n < most[s]) most[s] = n;
+            }
+        }
+        if (dev < 0) {
+            pthread_mutex_unlock(&sw_lock);
+            memcpy(clusters, most, sizeof most);
+            return;
+        }
+        memcpy(sw_resident[dev], most, sizeof most);
+    }
+    memcpy(clusters, sw_resident[dev], sizeof sw_resident[dev]);
+    pthread_mutex_unlock(&sw_lock);
+}
+
 extern "C" int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N,
                                         int K, int trans_a, int trans_b, float alpha, float beta) {
     if (M < 1 || M > SW_M || N < 1 || K < SW_KT || K % SW_KT || trans_a || !trans_b) return 0;
     if (!is_aligned16(a) || !is_aligned16(b) || !cuda_is_sm90(ctx)) return 0;
     sk_args p = sk_args_make(c, c_f32, a, b, M, N, K, alpha, beta);
-    int nsplit, cols = skinny_plan_widths[skinny_plan(cuda_sm_count(ctx), N, K, &nsplit)];
+    int clusters[SW_MAX_SPLIT + 1], nsplit;
+    cuda_skinny_wgmma_clusters(ctx, clusters);
+    int cols = skinny_plan_widths[skinny_plan(cuda_sm_count(ctx), clusters, N, K, &nsplit)];
     sk_plan_finish(ctx, &p, SW_KT, SW_MAX_SPLIT, 1, &cols, &nsplit);
     const int w = sw_width_index(cols);
     const size_t smem = sw_smem_bytes(cols);

@@ -54,6 +54,9 @@ int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const vo
                        int trans_a, int trans_b, float alpha, float beta);
 int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                              int trans_a, int trans_b, float alpha, float beta);
+/* clusters[s] for s = 2, 4, 8: the most clusters of s blocks of the wgmma
+ * skinny kernel the ctx's GPU holds at once (what its plan fits within). */
+void cuda_skinny_wgmma_clusters(ops_ctx *ctx, int *clusters);
 
 #ifdef __cplusplus
 }

@@ -1,28 +1,41 @@
 /* skinny_plan.c: the block width and split count of a wgmma skinny
- * product (skinny_plan.h); host arithmetic only. */
+ * product (skinny_plan.h); host arithmetic only.
+ *
+ * Why this rule. A product of up to 64 rows reads W once, and its speed is
+ * how many multiprocessors stream W at once and how long each keeps its
+ * ring of stages full. Splitting K puts more blocks on the GPU but
+ * shortens each block's stream and adds a reduction across the cluster;
+ * a split plan whose clusters do not all fit at once runs a second wave of
+ * short blocks. So: the best fill of whole waves, of those plans within 2%
+ * of it the fewest splits, then the widest block (each block reads A
+ * again; a wider one reads less of it). */
 #include "kernels/skinny_plan.h"
 
 const int skinny_plan_widths[SKINNY_PLAN_WIDTHS] = {256, 192, 128, 96, 64};
 
-int skinny_plan(int sms, int N, int K, int *splits) {
+int skinny_plan(int sms, const int *clusters, int N, int K, int *splits) {
+    static const int split_counts[] = {1, 2, 4, 8};
     const int kst = K / 64;
-    double fill[SKINNY_PLAN_WIDTHS], best = 0.0;
-    int ns_of[SKINNY_PLAN_WIDTHS];
+    double fill[SKINNY_PLAN_WIDTHS][4], best = 0.0;
     for (int i = 0; i < SKINNY_PLAN_WIDTHS; i++) {
         const int cols = skinny_plan_widths[i];
         const long tiles = ((long)N + cols - 1) / cols;
-        fill[i] = -1.0, ns_of[i] = 1;
-        for (int ns = 1; ns <= SKINNY_PLAN_MAX_SPLIT; ns++) {
-            if (ns > 1 && (tiles * ns > sms || kst / ns < 2)) break;
+        for (int j = 0; j < 4; j++) {
+            const int ns = split_counts[j];
+            const long resident = ns == 1 ? tiles : clusters ? clusters[ns] : sms / ns;
+            fill[i][j] = -1.0;
+            if (ns > 1 && (tiles > resident || tiles * ns > sms || kst / ns < 2)) continue;
             const long blocks = tiles * ns, waves = (blocks + sms - 1) / sms;
-            const double f = (double)N / (double)(tiles * cols) * (double)blocks / (double)(waves * sms);
-            if (f > fill[i] + 1e-9) fill[i] = f, ns_of[i] = ns;
+            fill[i][j] = (double)N / (double)(tiles * cols) * (double)blocks / (double)(waves * sms);
+            if (fill[i][j] > best) best = fill[i][j];
         }
-        if (fill[i] > best) best = fill[i];
     }
-    int pick = SKINNY_PLAN_WIDTHS - 1;
-    for (int i = SKINNY_PLAN_WIDTHS - 1; i >= 0; i--)
-        if (fill[i] >= 0.98 * best) pick = i;
-    *splits = ns_of[pick];
-    return pick;
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < SKINNY_PLAN_WIDTHS; i++)
+            if (fill[i][j] >= 0.98 * best) {
+                *splits = split_counts[j];
+                return i;
+            }
+    *splits = 1; /* not reached: the best plan is within 2% of itself */
+    return SKINNY_PLAN_WIDTHS - 1;
 }

@@ -15,14 +15,16 @@ extern const int skinny_plan_widths[SKINNY_PLAN_WIDTHS];
 #define SKINNY_PLAN_MAX_SPLIT 8 /* the portable cluster size */
 
 /* For N columns and K (a multiple of 64) on `sms` multiprocessors, one
- * block each: of every width and 1 to 8 splits of K (each keeping 2 stages
- * of 64 or more, all the blocks within one wave where K is split), the
- * share of whole waves the blocks fill, counting columns past N as idle;
- * of the widths within 2% of the best fill, the widest (each block reads
- * A again, so wider blocks read less of it), with its fewest splits at
- * that fill. Returns the index into skinny_plan_widths; *splits gets the
- * split count. */
-int skinny_plan(int sms, int N, int K, int *splits);
+ * block each, where clusters[s] (s = 2, 4, 8) is the most clusters of s
+ * blocks the GPU holds at once (cudaOccupancyMaxActiveClusters: fewer than
+ * sms / s where a GPC's multiprocessors do not divide by s; NULL takes
+ * sms / s): of every width and 1, 2, 4 or 8 splits of K (a split plan only
+ * where its clusters are all resident in one wave and every split keeps 2
+ * stages of 64 or more), the share of whole waves the blocks fill,
+ * counting columns past N as idle; of the plans within 2% of the best
+ * fill, the one with the fewest splits, the widest of those. Returns the
+ * index into skinny_plan_widths; *splits gets the split count. */
+int skinny_plan(int sms, const int *clusters, int N, int K, int *splits);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,8 @@
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "kernels/ops_cuda.h"
+#include "kernels/skinny_plan.h"
 #include "tools/bench/bench_stats.h"
 
 #define MAX_CASES 80
@@ -407,7 +409,12 @@ static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32
     /* The wgmma kernel (matmul_skinny_wgmma.cu): its chosen plan, then
      * each width with its splits. */
     ctx.tuning.skinny_use = 2, ctx.tuning.skinny_splits = 0, ctx.tuning.skinny_bn = 0;
-    printf(" wgmma chosen %.0f |", mmd_gbps(&a, bytes, reps));
+    int clusters[SKINNY_PLAN_MAX_SPLIT + 1], ns;
+    cuda_skinny_wgmma_clusters(&ctx, clusters);
+    int sms = 0;
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
+    const int cw = skinny_plan_widths[skinny_plan(sms, clusters, N, K, &ns)];
+    printf(" wgmma chosen %dx%d %.0f |", cw, ns, mmd_gbps(&a, bytes, reps));
     static const int wg_bn[] = {64, 96, 128, 192, 256};
     for (int b = 0; b < 5; b++) {
         printf(" wgmma %d columns, splits:", wg_bn[b]);
@@ -526,6 +533,10 @@ int main(int argc, char **argv) {
     {
         const int hid[3] = {2048, 4096, 5120}, inter[3] = {6144, 12288, 17408}, q[3] = {2048, 4096, 5120};
         const char *names[3] = {"1.7B", "8B", "14B"};
+        int clusters[SKINNY_PLAN_MAX_SPLIT + 1];
+        cuda_skinny_wgmma_clusters(&ctx, clusters);
+        printf("wgmma skinny clusters resident at once: %d of 2, %d of 4, %d of 8 blocks\n", clusters[2], clusters[4],
+               clusters[8]);
         for (int m = 0; m < 3; m++) {
             char w[32];
             snprintf(w, sizeof w, "%s qkv", names[m]);
