@@ -178,21 +178,32 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
      * the extra traffic is a few MB. */
     const size_t mn = (size_t)M * N;
     const int long_k = !c_f32 && (size_t)K > 2 * ((size_t)M + N); /* bf16 out, K past the output's size */
-    /* Up to 64 rows by W^T with a long K and few columns (decode at a
-     * larger batch, a small model's down projection): split-K on tensor
-     * cores, the slices added in fp32 across a cluster and rounded once
-     * (matmul_skinny.cu), one pass over the weights. Measured on an H100
-     * (bench_ops --decode, GB/s of 3.02 copy) it beats cuBLASLt's fp32
-     * detour below at N = 2048 (M=64 K=6144: 1514 against 1368; M=32: 1717
-     * against 1583), ties it at N = 5120 (K=17408: 2489, 2460) and loses at
-     * N = 4096 (K=12288: 2033, 2295), and loses to cuBLASLt itself on the
-     * wider, shorter products (q|k|v, gate|up, the lm head). */
+    /* Up to 64 rows by W^T with a long K (the down projection of a decode
+     * step at a larger batch): split-K on tensor cores, the slices added in
+     * fp32 across a cluster and rounded once, one pass over the weights.
+     * On sm_90 the wgmma form (matmul_skinny_wgmma.cu) takes every such
+     * product; measured on an H100 (bench_ops --decode, GB/s of 3.03 copy)
+     * against cuBLASLt's fp32 detour below: M=64 K=6144 N=2048 1881 against
+     * 1341, M=32 1928 against 1529, K=12288 N=4096 2604 against 2291, K=17408
+     * N=5120 2729 against 2435. Elsewhere the mma.sync form
+     * (matmul_skinny.cu) takes those of at most 2048 columns, where it
+     * beat the detour (1514 against 1368 at M=64 K=6144) and lost at 4096.
+     * The wider, shorter products (q|k|v, o, gate|up, the lm head) stay on
+     * cuBLASLt: wgmma ran them within a few per cent of it either way, and
+     * the 1.7B engine with every product on wgmma decoded 4% slower
+     * (bench_generate --quick --skinny-use 2: 4.21 against 4.05 ms a
+     * step). With this choice an 8B decode step at batch 64 took 11.47 ms
+     * against 11.75 on cuBLASLt alone (bench_generate --ops 8b 64 640),
+     * and the 1.7B engine's batch-64 step went from 66.3% to 67.4% of its
+     * memory roofline (--quick). */
     const int sk_cols = N <= 2048;
     const int sk_use = ctx->tuning.skinny_use;
     if (sk_use < -1 || sk_use > 2) DK_ABORT("ops_tuning.skinny_use = %d: expected -1, 0, 1 or 2", sk_use);
-    /* 2: the same products on wgmma with TMA loads (matmul_skinny_wgmma.cu),
-     * every one it can take; on devices other than sm_90, as 1. */
-    if (sk_use == 2 && cuda_matmul_skinny_wgmma(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta)) return;
+    /* 2: every product the wgmma kernel can take, on it; on devices other
+     * than sm_90, as 1. */
+    if ((sk_use == 2 || (sk_use == 0 && long_k)) &&
+        cuda_matmul_skinny_wgmma(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
+        return;
     if (sk_use >= 0 && ((long_k && sk_cols) || sk_use >= 1) &&
         cuda_matmul_skinny(ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
         return;

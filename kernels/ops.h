@@ -56,10 +56,12 @@ typedef struct ops_tuning {
      * 192 and 256 are two warpgroups of 96 and 128). */
     int skinny_bn;
     /* Which 9..64-row products (M rows times W^T) the skinny kernel takes:
-     * 0 those with a long K and at most 2048 columns (the dispatcher's
-     * choice, matmul.cu), 1 every one it can (K % 64 == 0), 2 every one it
-     * can on the wgmma kernel (matmul_skinny_wgmma.cu; sm_90 only, as 1
-     * elsewhere), -1 none (cuBLASLt, with its fp32 detour for a long K). */
+     * 0 those with a long K (the dispatcher's choice, matmul.cu: on sm_90
+     * the wgmma kernel, matmul_skinny_wgmma.cu; elsewhere the mma.sync
+     * one, matmul_skinny.cu, for at most 2048 columns), 1 every one it can
+     * on the mma.sync kernel (K % 64 == 0), 2 every one it can on the
+     * wgmma kernel (sm_90 only, as 1 elsewhere), -1 none (cuBLASLt, with
+     * its fp32 detour for a long K). */
     int skinny_use;
     /* The Hopper attention backward at head_dim 128: 0 chosen (the one
      * pass), 1 two passes (dK / dV, then dQ recomputing S and dP), 2 one
