@@ -217,15 +217,15 @@ static int sw_resident[SW_MAX_DEVICES][SW_MAX_SPLIT + 1];
 static pthread_mutex_t sw_lock = PTHREAD_MUTEX_INITIALIZER;
 
 extern "C" void cuda_skinny_wgmma_clusters(ops_ctx *ctx, int *clusters) {
-    const int dev = ctx->gpu >= 0 && ctx->gpu < SW_MAX_DEVICES ? ctx->gpu : -1;
+    const int dev = ctx->gpu, cached = dev >= 0 && dev < SW_MAX_DEVICES;
     pthread_mutex_lock(&sw_lock);
-    if (dev < 0 || !sw_resident[dev][2]) {
-        int most[SW_MAX_SPLIT + 1] = {0};
+    if (!cached || !sw_resident[dev][2]) {
+        int *most = cached ? sw_resident[dev] : clusters; /* a device past the table is asked every time */
         for (int s = 2; s <= SW_MAX_SPLIT; s *= 2) {
             most[s] = cuda_sm_count(ctx) / s;
             for (int w = 0; w < SKINNY_PLAN_WIDTHS; w++) {
-                const int cols = skinny_plan_widths[w], threads = sw_threads(sw_widths[w].nwg);
-                const size_t smem = sw_smem_bytes(cols);
+                const int threads = sw_threads(sw_widths[w].nwg);
+                const size_t smem = sw_smem_bytes(skinny_plan_widths[w]);
                 cuda_kernel_per_sm(ctx, (const void *)sw_widths[w].k, threads, smem); /* the smem limit */
                 cudaLaunchConfig_t cfg = {};
                 cudaLaunchAttribute attr;
@@ -238,15 +238,15 @@ extern "C" void cuda_skinny_wgmma_clusters(ops_ctx *ctx, int *clusters) {
                 if (n < most[s]) most[s] = n;
             }
         }
-        if (dev < 0) {
-            pthread_mutex_unlock(&sw_lock);
-            memcpy(clusters, most, sizeof most);
-            return;
-        }
-        memcpy(sw_resident[dev], most, sizeof most);
     }
-    memcpy(clusters, sw_resident[dev], sizeof sw_resident[dev]);
+    if (cached) memcpy(clusters, sw_resident[dev], sizeof sw_resident[dev]);
     pthread_mutex_unlock(&sw_lock);
+}
+
+extern "C" int cuda_skinny_wgmma_plan(ops_ctx *ctx, int N, int K, int *splits) {
+    int clusters[SW_MAX_SPLIT + 1];
+    cuda_skinny_wgmma_clusters(ctx, clusters);
+    return skinny_plan_widths[skinny_plan(cuda_sm_count(ctx), clusters, N, K, splits)];
 }
 
 extern "C" int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N,
@@ -254,9 +254,7 @@ extern "C" int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const 
     if (M < 1 || M > SW_M || N < 1 || K < SW_KT || K % SW_KT || trans_a || !trans_b) return 0;
     if (!is_aligned16(a) || !is_aligned16(b) || !cuda_is_sm90(ctx)) return 0;
     sk_args p = sk_args_make(c, c_f32, a, b, M, N, K, alpha, beta);
-    int clusters[SW_MAX_SPLIT + 1], nsplit;
-    cuda_skinny_wgmma_clusters(ctx, clusters);
-    int cols = skinny_plan_widths[skinny_plan(cuda_sm_count(ctx), clusters, N, K, &nsplit)];
+    int nsplit, cols = cuda_skinny_wgmma_plan(ctx, N, K, &nsplit);
     sk_plan_finish(ctx, &p, SW_KT, SW_MAX_SPLIT, 1, &cols, &nsplit);
     const int w = sw_width_index(cols);
     const size_t smem = sw_smem_bytes(cols);

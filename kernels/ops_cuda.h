@@ -57,6 +57,9 @@ int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const void *a, co
 /* clusters[s] for s = 2, 4, 8: the most clusters of s blocks of the wgmma
  * skinny kernel the ctx's GPU holds at once (what its plan fits within). */
 void cuda_skinny_wgmma_clusters(ops_ctx *ctx, int *clusters);
+/* The columns a block of that kernel's chosen plan for N columns and K
+ * (skinny_plan.h, before any ops_tuning pin); *splits gets its split count. */
+int cuda_skinny_wgmma_plan(ops_ctx *ctx, int N, int K, int *splits);
 
 #ifdef __cplusplus
 }

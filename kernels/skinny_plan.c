@@ -14,23 +14,23 @@
 const int skinny_plan_widths[SKINNY_PLAN_WIDTHS] = {256, 192, 128, 96, 64};
 
 int skinny_plan(int sms, const int *clusters, int N, int K, int *splits) {
-    static const int split_counts[] = {1, 2, 4, 8};
+    enum { NS = 4 };
+    static const int split_counts[NS] = {1, 2, 4, 8};
     const int kst = K / 64;
-    double fill[SKINNY_PLAN_WIDTHS][4], best = 0.0;
+    double fill[SKINNY_PLAN_WIDTHS][NS], best = 0.0;
     for (int i = 0; i < SKINNY_PLAN_WIDTHS; i++) {
         const int cols = skinny_plan_widths[i];
         const long tiles = ((long)N + cols - 1) / cols;
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < NS; j++) {
             const int ns = split_counts[j];
-            const long resident = ns == 1 ? tiles : clusters ? clusters[ns] : sms / ns;
             fill[i][j] = -1.0;
-            if (ns > 1 && (tiles > resident || tiles * ns > sms || kst / ns < 2)) continue;
+            if (ns > 1 && (tiles > (clusters ? clusters[ns] : sms / ns) || tiles * ns > sms || kst / ns < 2)) continue;
             const long blocks = tiles * ns, waves = (blocks + sms - 1) / sms;
             fill[i][j] = (double)N / (double)(tiles * cols) * (double)blocks / (double)(waves * sms);
             if (fill[i][j] > best) best = fill[i][j];
         }
     }
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < NS; j++)
         for (int i = 0; i < SKINNY_PLAN_WIDTHS; i++)
             if (fill[i][j] >= 0.98 * best) {
                 *splits = split_counts[j];

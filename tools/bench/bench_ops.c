@@ -409,11 +409,8 @@ static void bench_matmul_decode(const char *what, int M, int N, int K, int c_f32
     /* The wgmma kernel (matmul_skinny_wgmma.cu): its chosen plan, then
      * each width with its splits. */
     ctx.tuning.skinny_use = 2, ctx.tuning.skinny_splits = 0, ctx.tuning.skinny_bn = 0;
-    int clusters[SKINNY_PLAN_MAX_SPLIT + 1], ns;
-    cuda_skinny_wgmma_clusters(&ctx, clusters);
-    int sms = 0;
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
-    const int cw = skinny_plan_widths[skinny_plan(sms, clusters, N, K, &ns)];
+    int ns;
+    const int cw = cuda_skinny_wgmma_plan(&ctx, N, K, &ns);
     printf(" wgmma chosen %dx%d %.0f |", cw, ns, mmd_gbps(&a, bytes, reps));
     static const int wg_bn[] = {64, 96, 128, 192, 256};
     for (int b = 0; b < 5; b++) {
