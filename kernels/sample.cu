@@ -187,8 +187,20 @@ __global__ void __launch_bounds__(SAMPLE_SLICE_THREADS)
     const uint64_t key = sample_row_key(p.seed, p.counter);
     float m = -INFINITY, s = 0.0f, bv = -INFINITY, rv = -INFINITY;
     int bi = -1, ri = -1;
-    for (int i = b * SAMPLE_CHUNK + threadIdx.x; i < end; i += blockDim.x) {
-        float v = y[i];
+    /* The thread's logits of the slice, all requested before the first is
+     * used: one memory latency a block instead of one per logit, which a
+     * loop of unknown trip count paid. The arithmetic below takes them in
+     * the same order as before, so the bits do not change. */
+    constexpr int PER = SAMPLE_CHUNK / SAMPLE_SLICE_THREADS;
+    const int i0 = b * SAMPLE_CHUNK + (int)threadIdx.x;
+    float ld[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) ld[j] = i0 + j * SAMPLE_SLICE_THREADS < end ? y[i0 + j * SAMPLE_SLICE_THREADS] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int i = i0 + j * SAMPLE_SLICE_THREADS;
+        if (i >= end) break;
+        float v = ld[j];
         if (!greedy) v = v / p.temperature;
         if (v > m) s = s * expf(m - v) + 1.0f, m = v;
         else if (v != -INFINITY) s += expf(v - m);
