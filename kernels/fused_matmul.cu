@@ -14,7 +14,8 @@
  * into the down projection's loads it cost more than it saved: every one
  * of the N warps recomputed the activation of the whole K-long input (on
  * an H200, 28.6 us against 14.8 us for SwiGLU then the product at one
- * row). */
+ * row). At 9..64 rows on sm_90 the wgmma skinny kernel computes gate|up
+ * and the SwiGLU in one launch (cuda_matmul_skinny_wgmma_swiglu). */
 #include "kernels/gemv_common.cuh"
 #include "kernels/ops_cuda.h"
 
@@ -49,6 +50,19 @@ extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void
     if (fused_fits(M, 2 * I, K, x, w, norm_w)) {
         gemv_args g = {h, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, I, K, K, eps, 1.0f, 0.0f};
         gemv_launch_rows<GEMV_RMSNORM, 2, false>(ctx, g, M);
+        return;
+    }
+    /* 9..64 rows on sm_90: the norm, then gate|up and the SwiGLU in one
+     * wgmma kernel (matmul_skinny_wgmma.cu), where the skinny kernels are
+     * allowed (ops_tuning.skinny_use 0 or 2) and the product's plan is
+     * unsplit; its bits are those of the ops in turn on that kernel. */
+    const int use = ctx->tuning.skinny_use;
+    if (M > GEMV_MAX_M && (use == 0 || use == 2)) {
+        float *rstd = (float *)ctx_scratch(ctx, (size_t)M * sizeof(float), "ops_rmsnorm_matmul_swiglu");
+        cuda_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
+        if (cuda_matmul_skinny_wgmma_swiglu(ctx, h, tmp, w, M, I, K)) return;
+        cuda_matmul(ctx, gu, 0, tmp, w, M, 2 * I, K, 0, 1, 1.0f, 0.0f);
+        cuda_swiglu_forward(ctx, h, gu, M, I);
         return;
     }
     cuda_rmsnorm_matmul(ctx, gu, 0, tmp, x, norm_w, w, M, 2 * I, K, eps, 1.0f, 0.0f);

@@ -85,7 +85,22 @@ __device__ __forceinline__ void sw_mma(float (&d)[BN / 8][4], uint64_t da, uint6
 }
 #endif
 
-template <int BN, int NWG>
+/* W's rows of one stage: COLS rows from n0 of a plain product; for the
+ * SwiGLU form, COLS / 2 gate rows from its first output column n0 and as
+ * many up rows from N + n0 (N = I), one box after the other. Both boxes
+ * are a multiple of 8 rows, so the second starts on the 128-byte swizzle's
+ * 1024-byte period and the tile reads as one of COLS rows. */
+template <int COLS, bool SWIGLU>
+__device__ __forceinline__ void sw_load_w(uint32_t dst, const CUtensorMap *map_w, int k0, int n0, int N, uint32_t bar) {
+    if constexpr (SWIGLU) {
+        tma_load_2d(dst, map_w, k0, n0, bar);
+        tma_load_2d(dst + (COLS / 2) * 128, map_w, k0, N + n0, bar);
+    } else {
+        tma_load_2d(dst, map_w, k0, n0, bar);
+    }
+}
+
+template <int BN, int NWG, bool SWIGLU>
 __global__ void __launch_bounds__(sw_threads(NWG), 1)
     matmul_skinny_wg(sk_args p, const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w) {
 #ifdef WG_NO_WGMMA
@@ -100,7 +115,8 @@ __global__ void __launch_bounds__(sw_threads(NWG), 1)
     const uint32_t ring = smem_base(), bars = ring + ST * STAGE;
     const uint32_t full = bars, empty = bars + 8 * ST; /* full[s] = full + 8 s */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int n0 = blockIdx.x * COLS, split = blockIdx.y;
+    constexpr int OUT = SWIGLU ? COLS / 2 : COLS; /* output columns a block */
+    const int n0 = blockIdx.x * OUT, split = blockIdx.y;
     const int k_begin = split * p.kchunk, k_end = min(k_begin + p.kchunk, p.K);
     const int n_stages = (k_end - k_begin) / SW_KT;
 
@@ -121,7 +137,7 @@ __global__ void __launch_bounds__(sw_threads(NWG), 1)
         if (lane == 0)
             for (int s = 0; s < pre; s++) {
                 mbar_expect(full + 8 * s, STAGE);
-                tma_load_2d(ring + s * STAGE + A_BYTES, &map_w, k_begin + s * SW_KT, n0, full + 8 * s);
+                sw_load_w<COLS, SWIGLU>(ring + s * STAGE + A_BYTES, &map_w, k_begin + s * SW_KT, n0, p.N, full + 8 * s);
             }
         __syncwarp();
         pdl_wait();
@@ -133,7 +149,7 @@ __global__ void __launch_bounds__(sw_threads(NWG), 1)
             stage_wait_empty(empty + 8 * s, st / ST);
             if (lane == 0) {
                 mbar_expect(full + 8 * s, STAGE);
-                tma_load_2d(ring + s * STAGE + A_BYTES, &map_w, k0, n0, full + 8 * s);
+                sw_load_w<COLS, SWIGLU>(ring + s * STAGE + A_BYTES, &map_w, k0, n0, p.N, full + 8 * s);
                 tma_load_2d(ring + s * STAGE, &map_a, k0, 0, full + 8 * s);
             }
             __syncwarp();
@@ -173,6 +189,21 @@ __global__ void __launch_bounds__(sw_threads(NWG), 1)
                 *(float2 *)&part[(row + 8 * h) * LD + col + j * 8] = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
     }
     const int rows = min(SW_M, p.M);
+    if constexpr (SWIGLU) {
+        /* h[r, n0 + c] = silu(g) * u of the products rounded to bf16, as
+         * ops_matmul then ops_swiglu_forward round them; the host takes
+         * this form only unsplit (p.nsplit == 1, alpha 1, beta 0). */
+        __syncthreads();
+        bf16 *h = (bf16 *)p.c;
+        for (int e = tid; e < rows * OUT; e += THREADS) {
+            const int r = e / OUT, c = e % OUT;
+            if (n0 + c >= p.N) continue;
+            const float g = __bfloat162float(__float2bfloat16_rn(part[r * LD + c]));
+            const float u = __bfloat162float(__float2bfloat16_rn(part[r * LD + OUT + c]));
+            h[(size_t)r * p.N + n0 + c] = __float2bfloat16_rn(silu_f(g) * u);
+        }
+        return;
+    }
     if (p.nsplit == 1) {
         __syncthreads();
         for (int e = tid; e < rows * COLS; e += THREADS) {
@@ -195,11 +226,16 @@ typedef void (*sw_kernel)(sk_args, const CUtensorMap, const CUtensorMap);
 static const struct {
     int bn, nwg;
     sw_kernel k;
-} sw_widths[SKINNY_PLAN_WIDTHS] = {{128, 2, matmul_skinny_wg<128, 2>},
-                                   {96, 2, matmul_skinny_wg<96, 2>},
-                                   {128, 1, matmul_skinny_wg<128, 1>},
-                                   {96, 1, matmul_skinny_wg<96, 1>},
-                                   {64, 1, matmul_skinny_wg<64, 1>}};
+} sw_widths[SKINNY_PLAN_WIDTHS] = {{128, 2, matmul_skinny_wg<128, 2, false>},
+                                   {96, 2, matmul_skinny_wg<96, 2, false>},
+                                   {128, 1, matmul_skinny_wg<128, 1, false>},
+                                   {96, 1, matmul_skinny_wg<96, 1, false>},
+                                   {64, 1, matmul_skinny_wg<64, 1, false>}},
+  sw_swiglu[SKINNY_PLAN_WIDTHS] = {{128, 2, matmul_skinny_wg<128, 2, true>},
+                                   {96, 2, matmul_skinny_wg<96, 2, true>},
+                                   {128, 1, matmul_skinny_wg<128, 1, true>},
+                                   {96, 1, matmul_skinny_wg<96, 1, true>},
+                                   {64, 1, matmul_skinny_wg<64, 1, true>}};
 
 /* The index of the width of cols columns (one sk_plan_finish allows). */
 static int sw_width_index(int cols) {
@@ -264,5 +300,36 @@ extern "C" int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const 
     const CUtensorMap ma = tmap_rows((const bf16 *)a, K, M, SW_M), mw = tmap_rows((const bf16 *)b, K, N, cols);
     cuda_launch_pdl_cluster(ctx_stream(ctx), !ctx->tuning.no_pdl, nsplit, k,
                             dim3((unsigned)((N + cols - 1) / cols), (unsigned)nsplit), dim3(threads), smem, p, ma, mw);
+    return 1;
+}
+
+/* h[M, I] = swiglu(A W^T) with W [2I, K] the stacked gate|up weight, the
+ * products rounded to bf16 before the SwiGLU (ops_rmsnorm_matmul_swiglu's
+ * rule): the first half of a decode step's MLP in one kernel, without the
+ * [M, 2I] product in memory or the SwiGLU's launch. A block takes COLS / 2
+ * gate rows and the same up rows (sw_load_w), so every output's gate and
+ * up sums sit in one partial tile. The plan is the plain product's (2I
+ * columns, skinny_plan); a split plan is left to the ops in turn (0), as
+ * the split sum would have to precede the SwiGLU. Each output's sums run
+ * in the plain kernel's k order: the bits equal ops_matmul on this kernel
+ * (skinny_use 2) then ops_swiglu_forward. */
+extern "C" int cuda_matmul_skinny_wgmma_swiglu(ops_ctx *ctx, void *h, const void *a, const void *w, int M, int I,
+                                               int K) {
+    if (M < 1 || M > SW_M || I < 1 || K < SW_KT || K % SW_KT) return 0;
+    if (!is_aligned16(a) || !is_aligned16(w) || !cuda_is_sm90(ctx)) return 0;
+    sk_args p = sk_args_make(h, 0, a, w, M, I, K, 1.0f, 0.0f);
+    int clusters[SW_MAX_SPLIT + 1], nsplit;
+    cuda_skinny_wgmma_clusters(ctx, clusters);
+    int cols = skinny_plan_widths[skinny_plan(cuda_sm_count(ctx), clusters, 2 * I, K, &nsplit)];
+    sk_plan_finish(ctx, &p, SW_KT, SW_MAX_SPLIT, 1, &cols, &nsplit);
+    if (nsplit != 1) return 0;
+    const int wi = sw_width_index(cols), out = cols / 2;
+    const size_t smem = sw_smem_bytes(cols);
+    const int threads = sw_threads(sw_swiglu[wi].nwg);
+    const sw_kernel k = sw_swiglu[wi].k;
+    cuda_kernel_per_sm(ctx, (const void *)k, threads, smem); /* sets the shared-memory limit */
+    const CUtensorMap ma = tmap_rows((const bf16 *)a, K, M, SW_M), mw = tmap_rows((const bf16 *)w, K, 2 * I, out);
+    cuda_launch_pdl_cluster(ctx_stream(ctx), !ctx->tuning.no_pdl, 1, k, dim3((unsigned)((I + out - 1) / out), 1u),
+                            dim3(threads), smem, p, ma, mw);
     return 1;
 }

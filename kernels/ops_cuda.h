@@ -54,6 +54,10 @@ int cuda_matmul_skinny(ops_ctx *ctx, void *c, int c_f32, const void *a, const vo
                        int trans_a, int trans_b, float alpha, float beta);
 int cuda_matmul_skinny_wgmma(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
                              int trans_a, int trans_b, float alpha, float beta);
+/* h[M, I] = swiglu(A W^T), W the [2I, K] gate|up weight, on the wgmma
+ * skinny kernel in one launch: 1 when it computed it, 0 to leave it to the
+ * ops in turn (not sm_90, M > 64, K % 64, or a split plan). */
+int cuda_matmul_skinny_wgmma_swiglu(ops_ctx *ctx, void *h, const void *a, const void *w, int M, int I, int K);
 /* clusters[s] for s = 2, 4, 8: the most clusters of s blocks of the wgmma
  * skinny kernel the ctx's GPU holds at once (what its plan fits within). */
 void cuda_skinny_wgmma_clusters(ops_ctx *ctx, int *clusters);

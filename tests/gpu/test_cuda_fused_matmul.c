@@ -14,7 +14,9 @@
  * the bf16-rounded product: 2e-3 * scale + 2^-6 |cpu|) and, bit for bit,
  * against ops_rmsnorm_matmul then ops_swiglu_forward on the GPU: its
  * kernel streams the gate and up rows in the order the plain kernel does
- * and rounds where the two ops round. Both fused ops also run under two
+ * and rounds where the two ops round (above 8 rows both on the wgmma
+ * skinny kernel, ops_tuning.skinny_use 2, which on sm_90 computes gate|up
+ * and the SwiGLU in one launch; the default choice against the CPU too). Both fused ops also run under two
  * more grids (a block for every group of columns; the smallest, each warp
  * walking many columns), which must give the same bits. Exits 77 without
  * a GPU. */
@@ -91,6 +93,11 @@ static void check_swiglu_case(ctx_pair *p, int M, int I, int K) {
     void *gu = ops_alloc(g, (size_t)M * 2 * I * 2), *tmp = ops_alloc(g, (size_t)M * K * 2);
     float *want = dk_malloc((size_t)M * I * 4), *gu_c = dk_malloc((size_t)M * 2 * I * 4);
     float *tmp_c = dk_malloc((size_t)M * K * 4);
+    /* Above 8 rows the bits are compared with the ops in turn on the wgmma
+     * skinny kernel (skinny_use 2), which the fused form shares on sm_90
+     * (one launch for gate|up and the SwiGLU) and falls back to elsewhere
+     * or under a split plan; the default choice is held to the CPU below. */
+    g->tuning.skinny_use = M > 8 ? 2 : 0;
     ops_rmsnorm_matmul_swiglu(g, h, gu, tmp, dx.p, dnw.p, dw.p, M, I, K, 1e-6f);
     ops_rmsnorm_matmul_swiglu(&p->cpu, want, gu_c, tmp_c, x, nw, w, M, I, K, 1e-6f);
     ops_rmsnorm_matmul(g, gu, 0, tmp, dx.p, dnw.p, dw.p, M, 2 * I, K, 1e-6f, 1.0f, 0.0f);
@@ -105,6 +112,18 @@ static void check_swiglu_case(ctx_pair *p, int M, int I, int K) {
         free(again);
     }
     g->tuning.gemv_residency = 0;
+    if (M > 8) { /* the default choice against the CPU as well */
+        g->tuning.skinny_use = 0;
+        ops_rmsnorm_matmul_swiglu(g, h, gu, tmp, dx.p, dnw.p, dw.p, M, I, K, 1e-6f);
+        float *dflt = get_act(g, h, (size_t)M * I);
+        double sc = max_abs(want, (size_t)M * I);
+        const double r = tol_ratio(dflt, want, (size_t)M * I, 2e-3 * (sc == 0.0 ? 1.0 : sc), 1.0 / 64.0);
+        worst_cpu = fmax(worst_cpu, r), cases++;
+        CHECK(r <= 1.0, "rmsnorm_matmul_swiglu M=%d I=%d K=%d, default kernels: tolerance ratio against the CPU %.3g", M,
+              I, K, r);
+        free(dflt);
+    }
+    g->tuning.skinny_use = 0;
     double scale = max_abs(want, (size_t)M * I);
     if (scale == 0.0) scale = 1.0;
     const double r_cpu = tol_ratio(got, want, (size_t)M * I, 2e-3 * scale, 1.0 / 64.0);
@@ -136,10 +155,13 @@ int main(void) {
     for (size_t s = 0; s < sizeof wide / sizeof wide[0]; s++)
         for (int beta = 0; beta < 2; beta++) check_case(&p, wide[s][0], wide[s][1], wide[s][2], (float)beta, 1);
     /* The MLP's first half at the model's shape (2048 -> 2 x 6144), a long K
-     * (several warps per column) and odd ones; 9 and 33 rows run the ops in
-     * turn. */
-    const int sw[][3] = {{1, 6144, 2048}, {8, 6144, 2048}, {2, 1000, 6144}, {5, 33, 64},
-                         {9, 256, 512},   {33, 64, 128},   {1, 7, 5000},    {2, 3, 16}};
+     * (several warps per column) and odd ones; from 9 rows the wgmma form
+     * on sm_90 (its block widths, an odd I whose last block overhangs it,
+     * and 256 -> 512 at K 4096, whose plan splits K and so runs the ops in
+     * turn) or the ops in turn elsewhere. */
+    const int sw[][3] = {{1, 6144, 2048}, {8, 6144, 2048}, {2, 1000, 6144}, {5, 33, 64},  {9, 256, 512},
+                         {33, 64, 128},   {1, 7, 5000},    {2, 3, 16},      {64, 6144, 2048}, {16, 6144, 2048},
+                         {40, 1000, 512}, {64, 256, 4096}, {24, 4100, 256}};
     for (size_t s = 0; s < sizeof sw / sizeof sw[0]; s++) check_swiglu_case(&p, sw[s][0], sw[s][1], sw[s][2]);
     printf("rmsnorm + matmul (+ swiglu): %d cases, worst tolerance ratio %.3g against the CPU, %.3g against the unfused GPU ops "
            "(<= 1 passes)\n",
