@@ -46,6 +46,8 @@ extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, int c_f32, void *tmp,
 extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void *tmp, const void *x,
                                            const void *norm_w, const void *w, int M, int I, int K, float eps) {
     if (M < 0 || I < 0 || K <= 0) DK_ABORT("ops_rmsnorm_matmul_swiglu: bad shape M=%d I=%d K=%d", M, I, K);
+    const int fuse = ctx->tuning.swiglu_fuse;
+    if (fuse != 0 && fuse != -1) DK_ABORT("ops_tuning.swiglu_fuse = %d: expected 0 or -1", fuse);
     if (M == 0 || I == 0) return;
     if (fused_fits(M, 2 * I, K, x, w, norm_w)) {
         gemv_args g = {h, (const bf16 *)x, (const bf16 *)w, (const bf16 *)norm_w, I, K, K, eps, 1.0f, 0.0f};
@@ -54,10 +56,11 @@ extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void
     }
     /* 9..64 rows on sm_90: the norm, then gate|up and the SwiGLU in one
      * wgmma kernel (matmul_skinny_wgmma.cu), where the skinny kernels are
-     * allowed (ops_tuning.skinny_use 0 or 2) and the product's plan is
-     * unsplit; its bits are those of the ops in turn on that kernel. */
+     * allowed (ops_tuning.skinny_use 0 or 2, swiglu_fuse 0) and the
+     * product's plan is unsplit; its bits are those of the ops in turn on
+     * that kernel. */
     const int use = ctx->tuning.skinny_use;
-    if (M > GEMV_MAX_M && (use == 0 || use == 2)) {
+    if (M > GEMV_MAX_M && fuse == 0 && (use == 0 || use == 2)) {
         float *rstd = (float *)ctx_scratch(ctx, (size_t)M * sizeof(float), "ops_rmsnorm_matmul_swiglu");
         cuda_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
         if (cuda_matmul_skinny_wgmma_swiglu(ctx, h, tmp, w, M, I, K)) return;

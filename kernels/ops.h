@@ -63,6 +63,10 @@ typedef struct ops_tuning {
      * wgmma kernel (sm_90 only, as 1 elsewhere), -1 none (cuBLASLt, with
      * its fp32 detour for a long K). */
     int skinny_use;
+    /* ops_rmsnorm_matmul_swiglu at 9..64 rows on sm_90: 0 gate|up and the
+     * SwiGLU in one wgmma skinny launch where the plan is unsplit, -1 the
+     * ops in turn (the product, then ops_swiglu_forward). */
+    int swiglu_fuse;
     /* The Hopper attention backward at head_dim 128: 0 chosen (the one
      * pass), 1 two passes (dK / dV, then dQ recomputing S and dP), 2 one
      * pass that adds dQ up through ctx->scratch in a fixed order

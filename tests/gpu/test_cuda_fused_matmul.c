@@ -20,6 +20,7 @@
  * more grids (a block for every group of columns; the smallest, each warp
  * walking many columns), which must give the same bits. Exits 77 without
  * a GPU. */
+#include "tests/expect_abort.h"
 #include "tests/gpu/test_cuda_common.h"
 
 /* The grids a fused op runs under after the chosen one (gemv_common.cuh). */
@@ -112,6 +113,15 @@ static void check_swiglu_case(ctx_pair *p, int M, int I, int K) {
         free(again);
     }
     g->tuning.gemv_residency = 0;
+    if (M > 8) { /* the ops in turn on the same kernel (swiglu_fuse -1): the same bits */
+        g->tuning.swiglu_fuse = -1;
+        ops_rmsnorm_matmul_swiglu(g, h, gu, tmp, dx.p, dnw.p, dw.p, M, I, K, 1e-6f);
+        g->tuning.swiglu_fuse = 0;
+        float *unf = get_act(g, h, (size_t)M * I);
+        CHECK(!memcmp(unf, got, (size_t)M * I * sizeof(float)),
+              "rmsnorm_matmul_swiglu M=%d I=%d K=%d: swiglu_fuse -1 gives other bits", M, I, K);
+        free(unf);
+    }
     if (M > 8) { /* the default choice against the CPU as well */
         g->tuning.skinny_use = 0;
         ops_rmsnorm_matmul_swiglu(g, h, gu, tmp, dx.p, dnw.p, dw.p, M, I, K, 1e-6f);
@@ -134,6 +144,18 @@ static void check_swiglu_case(ctx_pair *p, int M, int I, int K) {
     dev_free(g, &dx), dev_free(g, &dnw), dev_free(g, &dw);
     ops_free(g, h), ops_free(g, h2), ops_free(g, gu), ops_free(g, tmp);
     free(x), free(nw), free(w), free(want), free(gu_c), free(tmp_c), free(got), free(seq);
+}
+
+typedef struct {
+    ops_ctx *g;
+    void *h, *gu, *tmp;
+    const void *x, *nw, *w;
+} fuse_case;
+
+static void bad_swiglu_fuse(void *arg) {
+    fuse_case *t = arg;
+    t->g->tuning.swiglu_fuse = 2;
+    ops_rmsnorm_matmul_swiglu(t->g, t->h, t->gu, t->tmp, t->x, t->nw, t->w, 16, 64, 128, 1e-6f);
 }
 
 int main(void) {
@@ -163,6 +185,21 @@ int main(void) {
                          {33, 64, 128},   {1, 7, 5000},    {2, 3, 16},      {64, 6144, 2048}, {16, 6144, 2048},
                          {40, 1000, 512}, {64, 256, 4096}, {24, 4100, 256}};
     for (size_t s = 0; s < sizeof sw / sizeof sw[0]; s++) check_swiglu_case(&p, sw[s][0], sw[s][1], sw[s][2]);
+    /* A pinned choice out of range aborts, naming the field. */
+    {
+        ops_ctx *g = &p.gpu;
+        fuse_case t = {g,
+                       ops_alloc(g, (size_t)16 * 64 * 2),
+                       ops_alloc(g, (size_t)16 * 128 * 2),
+                       ops_alloc(g, (size_t)16 * 128 * 2),
+                       ops_alloc(g, (size_t)16 * 128 * 2),
+                       ops_alloc(g, (size_t)128 * 2),
+                       ops_alloc(g, (size_t)128 * 128 * 2)};
+        CHECK(expect_abort("swiglu_fuse 2", bad_swiglu_fuse, &t, "ops_tuning.swiglu_fuse"),
+              "rmsnorm_matmul_swiglu with swiglu_fuse = 2 must abort naming the field");
+        ops_free(g, t.h), ops_free(g, t.gu), ops_free(g, t.tmp);
+        ops_free(g, (void *)t.x), ops_free(g, (void *)t.nw), ops_free(g, (void *)t.w);
+    }
     printf("rmsnorm + matmul (+ swiglu): %d cases, worst tolerance ratio %.3g against the CPU, %.3g against the unfused GPU ops "
            "(<= 1 passes)\n",
            cases, worst_cpu, worst_gpu);

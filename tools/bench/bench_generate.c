@@ -673,21 +673,23 @@ int main(int argc, char **argv) {
          * with the 9..64-row products all on the skinny kernel, all on its
          * wgmma form and all on cuBLASLt (ops_tuning.skinny_use). The op
          * table gets the first. */
-        const int uses[4] = {skinny_use, 1, 2, -1};
-        static const char *const use_names[4] = {"", ", every product on the skinny kernel",
+        const int uses[5] = {skinny_use, 1, 2, -1, skinny_use};
+        static const char *const use_names[5] = {"", ", every product on the skinny kernel",
                                                  ", every product on the wgmma skinny kernel",
-                                                 ", no product on the skinny kernel"};
+                                                 ", no product on the skinny kernel",
+                                                 ", gate|up and the SwiGLU as two ops (swiglu_fuse -1)"};
         double serial = 0.0;
-        for (int u = 0; u < (table_only ? 0 : ops_batch > 8 ? 4 : 1); u++) {
+        for (int u = 0; u < (table_only ? 0 : ops_batch > 8 ? 5 : 1); u++) {
             double enq, ser, pip;
             ctx.tuning.skinny_use = uses[u];
+            ctx.tuning.swiglu_fuse = u == 4 ? -1 : 0;
             launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &ser, &pip);
             if (u == 0) serial = ser;
             printf("\n[one decode step, batch %d, context %d%s] waited on %.3f ms, back to back %.3f ms/step; "
                    "roofline %.3f ms (weights + K/V at %.2f TB/s): %.1f%% of it\n",
                    ops_batch, ops_ctx_len, use_names[u], ser, pip, roof, bw / 1e12, 100.0 * roof / pip);
         }
-        ctx.tuning.skinny_use = skinny_use;
+        ctx.tuning.skinny_use = skinny_use, ctx.tuning.swiglu_fuse = 0;
         printf("\n[per-op times, batch %d, context %d]\n", ops_batch, ops_ctx_len);
         op_table(&bm.m, ops_batch, ops_ctx_len, serial);
         if (!table_only) {
