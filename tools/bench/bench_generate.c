@@ -48,10 +48,11 @@
  *
  * --skinny-use N runs everything with ops_tuning.skinny_use = N (ops.h):
  * 2 puts the 9..64-row products on the wgmma kernel, to weigh it against
- * the default on the whole generate.
+ * the default on the whole generate; --swiglu-fuse -1 likewise runs the
+ * decode MLP's gate|up and SwiGLU as two ops.
  *
  * Usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl]
- *        [--skinny-use -1|0|1|2] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]
+ *        [--skinny-use -1|0|1|2] [--swiglu-fuse 0|-1] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]
  * (--chain: section 5 alone; --ops: one decode step of that model shape at
  * that batch and context, alone: its time, the per-op table of section 3
  * and the left-out chain of section 5, for the recipe's shapes; with
@@ -601,7 +602,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
     double hf_tps = 0.0, hf_static_tps = 0.0, bw = 0.0; /* 0: measured on this device */
     int quick = 0, graphs = 1, pdl = 1, chain_only = 0, table_only = 0, ops_batch = 0, ops_ctx_len = 0;
-    int skinny_use = 0;
+    int skinny_use = 0, swiglu_fuse = 0;
     const char *ops_model = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--hf-tps") && i + 1 < argc) hf_tps = atof(argv[++i]);
@@ -624,6 +625,14 @@ int main(int argc, char **argv) {
                 return 2;
             }
         }
+        else if (!strcmp(argv[i], "--swiglu-fuse") && i + 1 < argc) {
+            char *end = NULL;
+            swiglu_fuse = (int)strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || (swiglu_fuse != 0 && swiglu_fuse != -1)) {
+                fprintf(stderr, "bench_generate: --swiglu-fuse %s: expected 0 or -1\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--chain")) chain_only = 1;
         else if (!strcmp(argv[i], "--table-only")) table_only = 1;
         else if (!strcmp(argv[i], "--ops") && i + 3 < argc) {
@@ -642,7 +651,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] "
-                    "[--no-pdl] [--skinny-use -1|0|1|2] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT [--table-only]]\n");
+                    "[--no-pdl] [--skinny-use -1|0|1|2] [--swiglu-fuse 0|-1] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT [--table-only]]\n");
             return 2;
         }
     }
@@ -661,8 +670,9 @@ int main(int argc, char **argv) {
     ops_ctx ctx;
     must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, (size_t)256 << 20), "ctx");
     ctx.tuning.no_pdl = !pdl;
-    ctx.tuning.skinny_use = skinny_use;
+    ctx.tuning.skinny_use = skinny_use, ctx.tuning.swiglu_fuse = swiglu_fuse;
     if (skinny_use) printf("ops_tuning.skinny_use = %d throughout (--skinny-use)\n", skinny_use);
+    if (swiglu_fuse) printf("ops_tuning.swiglu_fuse = %d throughout (--swiglu-fuse)\n", swiglu_fuse);
     bw = bench_roofline_bandwidth(&ctx, bw);
     if (ops_model) {
         bench_model bm;
@@ -682,14 +692,14 @@ int main(int argc, char **argv) {
         for (int u = 0; u < (table_only ? 0 : ops_batch > 8 ? 5 : 1); u++) {
             double enq, ser, pip;
             ctx.tuning.skinny_use = uses[u];
-            ctx.tuning.swiglu_fuse = u == 4 ? -1 : 0;
+            ctx.tuning.swiglu_fuse = u == 4 ? -1 : swiglu_fuse;
             launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &ser, &pip);
             if (u == 0) serial = ser;
             printf("\n[one decode step, batch %d, context %d%s] waited on %.3f ms, back to back %.3f ms/step; "
                    "roofline %.3f ms (weights + K/V at %.2f TB/s): %.1f%% of it\n",
                    ops_batch, ops_ctx_len, use_names[u], ser, pip, roof, bw / 1e12, 100.0 * roof / pip);
         }
-        ctx.tuning.skinny_use = skinny_use, ctx.tuning.swiglu_fuse = 0;
+        ctx.tuning.skinny_use = skinny_use, ctx.tuning.swiglu_fuse = swiglu_fuse;
         printf("\n[per-op times, batch %d, context %d]\n", ops_batch, ops_ctx_len);
         op_table(&bm.m, ops_batch, ops_ctx_len, serial);
         if (!table_only) {
