@@ -318,9 +318,7 @@ extern "C" int cuda_matmul_skinny_wgmma_swiglu(ops_ctx *ctx, void *h, const void
     if (M < 1 || M > SW_M || I < 1 || K < SW_KT || K % SW_KT) return 0;
     if (!is_aligned16(a) || !is_aligned16(w) || !cuda_is_sm90(ctx)) return 0;
     sk_args p = sk_args_make(h, 0, a, w, M, I, K, 1.0f, 0.0f);
-    int clusters[SW_MAX_SPLIT + 1], nsplit;
-    cuda_skinny_wgmma_clusters(ctx, clusters);
-    int cols = skinny_plan_widths[skinny_plan(cuda_sm_count(ctx), clusters, 2 * I, K, &nsplit)];
+    int nsplit, cols = cuda_skinny_wgmma_plan(ctx, 2 * I, K, &nsplit);
     sk_plan_finish(ctx, &p, SW_KT, SW_MAX_SPLIT, 1, &cols, &nsplit);
     if (nsplit != 1) return 0;
     const int wi = sw_width_index(cols), out = cols / 2;
