@@ -30,6 +30,12 @@
  * the blocks in order), so the same ops.h scratch still suffices. The result
  * is deterministic for a given (T, C, V, chunk, scratch size).
  *
+ * With keep (T x V floats, ops.h) the forward is one chunk of all V columns
+ * written into keep, and the backward skips the recompute: dz in place over
+ * keep, then dh = dz W straight to bf16 (one GEMM over all of V, rounded once)
+ * and dW += dz^T h. Three GEMMs instead of four and no scratch, for 4 T V
+ * bytes of memory the caller chose to spend.
+ *
  * The GEMMs go through cuBLASLt directly rather than ops_matmul because dz
  * has a row stride of 2n: cuBLASLt takes leading dimensions, ops_matmul does
  * not. The heuristic's choice is cached per shape (it costs tens of
@@ -291,11 +297,11 @@ static void lmh_check(const char *op, int T, int C, int V, int chunk, float inv_
 
 extern "C" void cuda_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy, float *lse, const void *h,
                                     const void *W, const int32_t *target, int T, int C, int V, float inv_temp,
-                                    int chunk) {
+                                    int chunk, float *keep) {
     lmh_check("lmhead_forward", T, C, V, chunk, inv_temp);
     if (T == 0) return;
-    const int n = chunk < V ? chunk : V;
-    float *Z = (float *)ctx_scratch(ctx, (size_t)T * n * sizeof(float), "lmhead_forward");
+    const int n = keep ? V : chunk < V ? chunk : V;
+    float *Z = keep ? keep : (float *)ctx_scratch(ctx, (size_t)T * n * sizeof(float), "lmhead_forward");
     const bf16 *hb = (const bf16 *)h, *Wb = (const bf16 *)W;
     for (int c0 = 0; c0 < V; c0 += n) {
         const int nc = V - c0 < n ? V - c0 : n;
@@ -308,10 +314,20 @@ extern "C" void cuda_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy
 
 extern "C" void cuda_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogprob, const float *dentropy,
                                      const void *h, const void *W, const int32_t *target, const float *lse,
-                                     const float *entropy, int T, int C, int V, float inv_temp, int chunk) {
+                                     const float *entropy, int T, int C, int V, float inv_temp, int chunk,
+                                     float *keep) {
     lmh_check("lmhead_backward", T, C, V, chunk, inv_temp);
     if (dentropy && !entropy) DK_ABORT("lmhead_backward: dentropy given without the forward's entropy");
     if (T == 0) return;
+    if (keep) {
+        const bf16 *dz = (const bf16 *)keep; /* bf16 rows of stride 2 V over the fp32 logits */
+        lmh_bwd_dz<<<T, LMH_THREADS, 0, ctx_stream(ctx)>>>(keep, V, 0, 0, dlogprob, dentropy, lse, entropy, target,
+                                                           inv_temp);
+        CUDA_LAUNCH_CHECK();
+        lmh_gemm(ctx, T, C, V, dz, 2 * V, 0, (const bf16 *)W, C, 0, dh, 0, C, 1.0f, 0.0f);
+        lmh_gemm(ctx, V, C, T, dz, 2 * V, 1, (const bf16 *)h, C, 0, dW, 1, C, 1.0f, 1.0f);
+        return;
+    }
     /* Split the scratch into the fp32 dh accumulator [Tb, C] and the logit
      * block [Tb, n] (64 floats of slack keep the second 256-byte aligned). */
     const size_t F = ctx->scratch_size / sizeof(float);

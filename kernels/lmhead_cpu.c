@@ -19,11 +19,18 @@
  * times inv_temp for the chain rule, then dh = dz W (overwrite) and
  * dW += dz^T h, one sgemm each per chunk.
  *
+ * With keep (T x V floats) the forward also stores each chunk's logits
+ * there and the backward copies them back instead of recomputing them: the
+ * same numbers in the same order, so both ways give the same bits. The
+ * backward leaves dz in keep, as the GPU's does: kept logits serve one
+ * backward.
+ *
  * Tokens with target < 0 are masked: logprob 0 in the forward (entropy and
  * lse are still computed) and no gradient at all, through neither logprob nor
  * entropy, in the backward. Both directions ask for the scratch ops.h
  * promises, T x min(chunk, V) floats. */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/ops_cpu.h"
 
@@ -55,7 +62,7 @@ static void lmhead_chunk_logits(float *Z, const float *h, const float *W, int T,
 }
 
 void cpu_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy, float *lse, const void *h, const void *W,
-                        const int32_t *target, int T, int C, int V, float inv_temp, int chunk) {
+                        const int32_t *target, int T, int C, int V, float inv_temp, int chunk, float *keep) {
     lmhead_check(ctx, target, T, C, V, chunk, "lmhead_forward");
     float *Z = ctx->scratch;
     for (int t0 = 0; t0 < T; t0 += LMHEAD_TBLOCK) {
@@ -65,6 +72,9 @@ void cpu_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy, float *lse
         for (int c0 = 0; c0 < V; c0 += chunk) {
             int n = c0 + chunk < V ? chunk : V - c0;
             lmhead_chunk_logits(Z, hb, W, B, C, c0, n, inv_temp);
+            if (keep)
+                for (int r = 0; r < B; r++)
+                    memcpy(keep + (size_t)(t0 + r) * V + c0, Z + (size_t)r * n, (size_t)n * sizeof(float));
             for (int r = 0; r < B; r++) {
                 const float *z = Z + (size_t)r * n;
                 /* Statistics of this chunk alone. */
@@ -102,14 +112,18 @@ void cpu_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy, float *lse
 
 void cpu_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogprob, const float *dentropy,
                          const void *h, const void *W, const int32_t *target, const float *lse,
-                         const float *entropy, int T, int C, int V, float inv_temp, int chunk) {
+                         const float *entropy, int T, int C, int V, float inv_temp, int chunk, float *keep) {
     lmhead_check(ctx, target, T, C, V, chunk, "lmhead_backward");
     if (dentropy && !entropy) DK_ABORT("lmhead_backward: dentropy given without the forward's entropy");
     if (T == 0) return;
     float *Z = ctx->scratch;
     for (int c0 = 0; c0 < V; c0 += chunk) {
         int n = c0 + chunk < V ? chunk : V - c0;
-        lmhead_chunk_logits(Z, h, W, T, C, c0, n, inv_temp);
+        if (keep)
+            for (int t = 0; t < T; t++)
+                memcpy(Z + (size_t)t * n, keep + (size_t)t * V + c0, (size_t)n * sizeof(float));
+        else
+            lmhead_chunk_logits(Z, h, W, T, C, c0, n, inv_temp);
         /* Turn the logits into dL/d(h W^T) in place. */
         for (int t = 0; t < T; t++) {
             float *z = Z + (size_t)t * n;
@@ -128,6 +142,9 @@ void cpu_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
             }
             if (tg >= c0 && tg < c0 + n) z[tg - c0] += glp * inv_temp;
         }
+        if (keep) /* spent, as on the GPU, whose backward turns keep into dz in place */
+            for (int t = 0; t < T; t++)
+                memcpy(keep + (size_t)t * V + c0, Z + (size_t)t * n, (size_t)n * sizeof(float));
         const float *Wc = (const float *)W + (size_t)c0 * C;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, C, n, 1.0f, Z, n, Wc, C, c0 == 0 ? 0.0f : 1.0f,
                     dh, C);

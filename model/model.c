@@ -242,7 +242,7 @@ void model_free(model *m) {
     }
     free(m->att_kept);
     free(m->lse_kept);
-    void *bufs[] = {m->final_h, m->final_rstd, m->logprob, m->entropy, m->lmhead_lse, m->dlogprob,
+    void *bufs[] = {m->final_h, m->final_rstd, m->logprob, m->entropy, m->lmhead_lse, m->lmhead_keep, m->dlogprob,
                     m->dentropy, m->d_res, m->d_tmp, m->d_ln, m->d_work, m->d_tokens, m->d_pos,
                     m->d_targets, m->d_cu_seqlens};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev_free(m, bufs[i]);
@@ -251,6 +251,16 @@ void model_free(model *m) {
 }
 
 size_t model_device_bytes(const model *m) { return m->device_bytes; }
+
+size_t model_keep_logits_bytes(const model_config *cfg, int max_tokens) {
+    return (size_t)(max_tokens > 0 ? max_tokens : 0) * (size_t)cfg->vocab_size * sizeof(float);
+}
+
+void model_keep_logits(model *m) {
+    if (m->lmhead_keep) return;
+    m->lmhead_keep = dev_alloc(m, model_keep_logits_bytes(&m->cfg, m->max_tokens));
+    m->keep_filled = 0;
+}
 
 /* ---- weights ------------------------------------------------------------------- */
 
@@ -452,7 +462,8 @@ dk_status model_forward(model *m, const model_batch *b, float inv_temp) {
     m->acts_layer = m->recompute ? L - 1 : -1;
     ops_rmsnorm_forward(ctx, m->final_h, m->final_rstd, m->res[L], m->params.final_norm, T, C, c->rms_eps);
     ops_lmhead_forward(ctx, m->logprob, m->entropy, m->lmhead_lse, m->final_h, model_lm_head_weight(m),
-                       m->d_targets, T, C, c->vocab_size, inv_temp, m->lmhead_chunk);
+                       m->d_targets, T, C, c->vocab_size, inv_temp, m->lmhead_chunk, m->lmhead_keep);
+    m->keep_filled = m->lmhead_keep != NULL;
     m->inv_temp = inv_temp;
     m->have_forward = 1;
     return DK_OK;
@@ -532,7 +543,9 @@ void model_backward(model *m, const float *dlogprob, const float *dentropy) {
     /* Lm head: with tied embeddings its weight gradient is the embedding's. */
     float *dW = c->tie_embeddings ? m->grads.embed : m->grads.lm_head;
     ops_lmhead_backward(ctx, m->d_ln, dW, dlogprob, dentropy, m->final_h, model_lm_head_weight(m), m->d_targets,
-                        m->lmhead_lse, m->entropy, T, C, c->vocab_size, m->inv_temp, m->lmhead_chunk);
+                        m->lmhead_lse, m->entropy, T, C, c->vocab_size, m->inv_temp, m->lmhead_chunk,
+                        m->keep_filled ? m->lmhead_keep : NULL);
+    m->keep_filled = 0; /* the backward overwrote them with dz: a second backward recomputes */
     ops_rmsnorm_backward(ctx, m->d_res, m->grads.final_norm, m->d_ln, m->res[L], m->params.final_norm,
                          m->final_rstd, T, C);
 

@@ -48,15 +48,19 @@ typedef struct {
     int with_entropy;       /* entropy and dentropy given */
     int tight_scratch;      /* scratch exactly T x min(chunk, V) floats */
     int quick;
+    int keep;               /* the forward keeps the logits, the backward reads them */
 } lm_case;
 
 static const lm_case cases[] = {
-    {"V % chunk != 0, masked, entropy, tight scratch", 37, 64, 1000, 256, 1.0f / 0.7f, 1.0f, 5, 1, 1, 1},
-    {"no entropy, big scratch", 130, 128, 5003, 1024, 1.0f, 1.0f, 0, 0, 0, 1},
-    {"chunk > V", 5, 64, 100, 300, 1.0f, 1.0f, 2, 1, 1, 1},
-    {"sharp logits, inv_temp 1/0.6", 300, 256, 32000, 4096, 1.0f / 0.6f, 4.0f, 7, 1, 0, 0},
-    {"token blocks in the backward", 200, 512, 3000, 512, 1.0f, 1.0f, 3, 1, 1, 1},
-    {"Qwen vocabulary, chunk 8192", 64, 512, 151936, 8192, 1.0f, 1.0f, 9, 1, 1, 0},
+    {"V % chunk != 0, masked, entropy, tight scratch", 37, 64, 1000, 256, 1.0f / 0.7f, 1.0f, 5, 1, 1, 1, 0},
+    {"no entropy, big scratch", 130, 128, 5003, 1024, 1.0f, 1.0f, 0, 0, 0, 1, 0},
+    {"chunk > V", 5, 64, 100, 300, 1.0f, 1.0f, 2, 1, 1, 1, 0},
+    {"sharp logits, inv_temp 1/0.6", 300, 256, 32000, 4096, 1.0f / 0.6f, 4.0f, 7, 1, 0, 0, 0},
+    {"token blocks in the backward", 200, 512, 3000, 512, 1.0f, 1.0f, 3, 1, 1, 1, 0},
+    {"Qwen vocabulary, chunk 8192", 64, 512, 151936, 8192, 1.0f, 1.0f, 9, 1, 1, 0, 0},
+    {"kept logits, masked, entropy, inv_temp 1/0.7", 37, 64, 1000, 256, 1.0f / 0.7f, 1.0f, 5, 1, 1, 1, 1},
+    {"kept logits, no entropy", 130, 128, 5003, 1024, 1.0f, 1.0f, 0, 0, 0, 1, 1},
+    {"kept logits, Qwen vocabulary", 96, 512, 151936, 8192, 1.0f, 1.0f, 9, 1, 1, 0, 1},
 };
 
 static void check(const char *what, double diff, double tol) {
@@ -110,10 +114,12 @@ static void gpu_run(ops_ctx *g, const lm_case *c, lm_out *o, void *h, void *W, i
     o->lse = dev_nan_f32(g, T);
     o->dW = dev_f32(g, dW0, V * C);
     o->dh = dev_nan_act(g, T * C);
-    ops_lmhead_forward(g, o->logprob, o->entropy, o->lse, h, W, tg, c->T, c->C, c->V, c->inv_temp, c->chunk);
+    float *keep = c->keep ? dev_nan_f32(g, T * V) : NULL;
+    ops_lmhead_forward(g, o->logprob, o->entropy, o->lse, h, W, tg, c->T, c->C, c->V, c->inv_temp, c->chunk, keep);
     ops_lmhead_backward(g, o->dh, o->dW, dlp, c->with_entropy ? dent : NULL, h, W, tg, o->lse, o->entropy, c->T,
-                        c->C, c->V, c->inv_temp, c->chunk);
+                        c->C, c->V, c->inv_temp, c->chunk, keep);
     ops_sync(g);
+    if (keep) ops_free(g, keep);
 }
 
 static void lm_free(ops_ctx *g, lm_out *o) {
@@ -127,7 +133,8 @@ static void lm_free(ops_ctx *g, lm_out *o) {
 static void run_case(const lm_case *c, ops_ctx *gfull) {
     const size_t T = (size_t)c->T, C = (size_t)c->C, V = (size_t)c->V;
     const size_t ncol = (size_t)(c->chunk < c->V ? c->chunk : c->V);
-    printf("%s: T=%d C=%d V=%d chunk=%d inv_temp=%.3f\n", c->name, c->T, c->C, c->V, c->chunk, c->inv_temp);
+    printf("%s: T=%d C=%d V=%d chunk=%d inv_temp=%.3f%s\n", c->name, c->T, c->C, c->V, c->chunk, c->inv_temp,
+           c->keep ? " (kept logits)" : "");
 
     /* The CUDA context reserves a large scratch; a copy that admits only
      * the promised T x chunk floats makes the op live within that. */
@@ -164,7 +171,7 @@ static void run_case(const lm_case *c, ops_ctx *gfull) {
     if (ops_ctx_init(&cpu, DK_DEVICE_CPU, 0, T * ncol * sizeof(float)) != DK_OK) DK_ABORT("%s", dk_error());
     float *lp_r = dk_malloc(T * 4 + 4), *ent_r = dk_malloc(T * 4 + 4), *lse_r = dk_malloc(T * 4 + 4);
     ops_lmhead_forward(&cpu, lp_r, c->with_entropy ? ent_r : NULL, lse_r, h, W, tg, c->T, c->C, c->V, c->inv_temp,
-                       c->chunk);
+                       c->chunk, NULL);
     check("logprob", max_abs_diff(lp, lp_r, T), 2e-4 * fmax(1.0, max_abs(lp_r, T)));
     check("lse", max_abs_diff(lse, lse_r, T), 2e-4 * fmax(1.0, max_abs(lse_r, T)));
     if (c->with_entropy) check("entropy", max_abs_diff(ent, ent_r, T), 2e-4 * fmax(1.0, max_abs(ent_r, T)));
@@ -172,7 +179,7 @@ static void run_case(const lm_case *c, ops_ctx *gfull) {
     float *dh_r = dk_malloc(T * C * 4 + 4), *dW_r = dk_malloc(V * C * 4 + 4);
     memcpy(dW_r, dW0, V * C * 4);
     ops_lmhead_backward(&cpu, dh_r, dW_r, dlp, c->with_entropy ? dent : NULL, h, W, tg, lse,
-                        c->with_entropy ? ent : NULL, c->T, c->C, c->V, c->inv_temp, c->chunk);
+                        c->with_entropy ? ent : NULL, c->T, c->C, c->V, c->inv_temp, c->chunk, NULL);
     check("dh", max_abs_diff(dh, dh_r, T * C), 1e-2 * fmax(max_abs(dh_r, T * C), 1e-30));
     double inc = 0.0;
     for (size_t i = 0; i < V * C; i++) inc = fmax(inc, fabs((double)dW_r[i] - dW0[i]));

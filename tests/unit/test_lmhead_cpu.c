@@ -81,25 +81,39 @@ static void test_fixture(const char *name) {
         if (ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, scratch) != DK_OK) DK_ABORT("%s", dk_error());
 
         float *lp = nan_filled(nT), *ent = nan_filled(nT), *lse = nan_filled(nT);
-        ops_lmhead_forward(&ctx, lp, ent, lse, h, W, target, T, C, V, inv_temp, chunk);
+        ops_lmhead_forward(&ctx, lp, ent, lse, h, W, target, T, C, V, inv_temp, chunk, NULL);
         check("logprob", st_max_abs_diff(lp, lp_ref, nT), tol_for(lp_ref, nT));
         check("entropy", st_max_abs_diff(ent, ent_ref, nT), tol_for(ent_ref, nT));
         check("lse", st_max_abs_diff(lse, lse_ref, nT), tol_for(lse_ref, nT));
 
         float *dh = nan_filled(nh), *dW = dk_malloc(nw * sizeof(float));
         memcpy(dW, base, nw * sizeof(float));
-        ops_lmhead_backward(&ctx, dh, dW, a, b, h, W, target, lse, ent, T, C, V, inv_temp, chunk);
+        ops_lmhead_backward(&ctx, dh, dW, a, b, h, W, target, lse, ent, T, C, V, inv_temp, chunk, NULL);
         check("dh (logprob + entropy)", st_max_abs_diff(dh, dh_ref, nh), tol_for(dh_ref, nh));
         check("dW added (logprob + entropy)", added_diff(dW, base, dW_ref, nw), tol_for(dW_ref, nw));
 
+        /* Logits kept from the forward instead of recomputed: the same
+         * numbers in the same order, so the same bits. */
+        float *keep = nan_filled(nT * (size_t)V), *lpk = nan_filled(nT), *entk = nan_filled(nT);
+        float *lsek = nan_filled(nT), *dhk = nan_filled(nh), *dWk = dk_malloc(nw * sizeof(float));
+        memcpy(dWk, base, nw * sizeof(float));
+        ops_lmhead_forward(&ctx, lpk, entk, lsek, h, W, target, T, C, V, inv_temp, chunk, keep);
+        ops_lmhead_backward(&ctx, dhk, dWk, a, b, h, W, target, lsek, entk, T, C, V, inv_temp, chunk, keep);
+        int same = !memcmp(lpk, lp, nT * sizeof(float)) && !memcmp(entk, ent, nT * sizeof(float)) &&
+                   !memcmp(lsek, lse, nT * sizeof(float)) && !memcmp(dhk, dh, nh * sizeof(float)) &&
+                   !memcmp(dWk, dW, nw * sizeof(float));
+        printf("  kept logits give the same bits as recomputed ones: %s\n", same ? "yes" : "NO");
+        if (!same) failures++;
+        free(keep), free(lpk), free(entk), free(lsek), free(dhk), free(dWk);
+
         /* The logprob-only path: no entropy in the forward, none in the backward. */
         float *lp2 = nan_filled(nT), *lse2 = nan_filled(nT);
-        ops_lmhead_forward(&ctx, lp2, NULL, lse2, h, W, target, T, C, V, inv_temp, chunk);
+        ops_lmhead_forward(&ctx, lp2, NULL, lse2, h, W, target, T, C, V, inv_temp, chunk, NULL);
         check("logprob (entropy NULL)", st_max_abs_diff(lp2, lp_ref, nT), tol_for(lp_ref, nT));
         check("lse (entropy NULL)", st_max_abs_diff(lse2, lse_ref, nT), tol_for(lse_ref, nT));
         float *dh2 = nan_filled(nh);
         memcpy(dW, base, nw * sizeof(float));
-        ops_lmhead_backward(&ctx, dh2, dW, a, NULL, h, W, target, lse2, NULL, T, C, V, inv_temp, chunk);
+        ops_lmhead_backward(&ctx, dh2, dW, a, NULL, h, W, target, lse2, NULL, T, C, V, inv_temp, chunk, NULL);
         check("dh (logprob only)", st_max_abs_diff(dh2, dh_lp_ref, nh), tol_for(dh_lp_ref, nh));
         check("dW added (logprob only)", added_diff(dW, base, dW_lp_ref, nw), tol_for(dW_lp_ref, nw));
 
@@ -121,7 +135,7 @@ static void forward_small_scratch(void *unused) {
     static int32_t target[SMALL_T];
     ops_ctx ctx;
     ops_ctx_init(&ctx, DK_DEVICE_CPU, 0, (SMALL_T * SMALL_CHUNK - 1) * sizeof(float));
-    ops_lmhead_forward(&ctx, lp, NULL, lse, h, W, target, SMALL_T, SMALL_C, SMALL_V, 1.0f, SMALL_CHUNK);
+    ops_lmhead_forward(&ctx, lp, NULL, lse, h, W, target, SMALL_T, SMALL_C, SMALL_V, 1.0f, SMALL_CHUNK, NULL);
 }
 
 static void test_scratch_too_small(void) {

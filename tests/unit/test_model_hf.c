@@ -141,12 +141,13 @@ typedef struct {
 /* Loads the checkpoint into a fresh model, runs forward (inv_temp 1) and the
  * backward of -mean(logprob), and downloads what the checks need. */
 static model run_model(const char *dir, const model_config *cfg, ops_ctx *ctx, const model_batch *b,
-                       const float *dlogprob_host, int recompute, run_result *out) {
+                       const float *dlogprob_host, int recompute, int keep_logits, run_result *out) {
     model m;
     if (model_create(&m, cfg, ctx, b->T, recompute) || model_load_hf(&m, dir)) {
         printf("FAIL %s: %s\n", dir, dk_error());
         exit(1);
     }
+    if (keep_logits) model_keep_logits(&m);
     const int T = b->T, V = cfg->vocab_size, C = cfg->hidden_size;
     if (model_forward(&m, b, 1.0f)) {
         printf("FAIL %s: forward: %s\n", dir, dk_error());
@@ -254,7 +255,7 @@ static void test_family(const char *root, const char *name) {
     }
 
     run_result r0, r1;
-    model m = run_model(dir, &cfg, &ctx, &b, dlogprob, 0, &r0);
+    model m = run_model(dir, &cfg, &ctx, &b, dlogprob, 0, 0, &r0);
 
     /* Logits, loss, per-token logprob and entropy. */
     double logit_diff = 0, lp_diff = 0, ent_diff = 0, loss = 0;
@@ -312,7 +313,7 @@ static void test_family(const char *root, const char *name) {
     printf("  gradients: %zu values compared, worst %s rel %.3g\n", compared, worst_name, worst);
 
     /* Recompute must not change a single bit. */
-    model m1 = run_model(dir, &cfg, &ctx, &b, dlogprob, MODEL_RECOMPUTE_LAYER, &r1);
+    model m1 = run_model(dir, &cfg, &ctx, &b, dlogprob, MODEL_RECOMPUTE_LAYER, 0, &r1);
     int same_fwd = same_forward(&r0, &r1, T, V);
     int same_grad = grads_equal(&m, &r0.g, &r1.g);
     printf("  recompute: forward %s, gradients %s; device bytes %zu (off) vs %zu (on)\n",
@@ -323,7 +324,7 @@ static void test_family(const char *root, const char *name) {
     /* Keeping the attention outputs: the backward re-runs every layer but
      * the attention, and must not change a bit either. */
     run_result r2;
-    model m2 = run_model(dir, &cfg, &ctx, &b, dlogprob, MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION, &r2);
+    model m2 = run_model(dir, &cfg, &ctx, &b, dlogprob, MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION, 0, &r2);
     int same_fwd2 = same_forward(&r0, &r2, T, V);
     int same_grad2 = grads_equal(&m, &r0.g, &r2.g);
     printf("  recompute keeping attention: forward %s, gradients %s; device bytes %zu\n",
@@ -335,6 +336,29 @@ static void test_family(const char *root, const char *name) {
           model_device_bytes(&m1), model_device_bytes(&m2), model_device_bytes(&m));
     run_free(&r2, cfg.n_layers);
     model_free(&m2);
+
+    /* Logits kept from the forward: the lm head's backward reads them
+     * instead of recomputing them, the same numbers in the same order on
+     * this backend, so not a bit may change; and a second backward of the
+     * same forward (the kept logits are spent) must recompute and match. */
+    run_result r3;
+    model m3 = run_model(dir, &cfg, &ctx, &b, dlogprob, MODEL_RECOMPUTE_NONE, 1, &r3);
+    int same_fwd3 = same_forward(&r0, &r3, T, V), same_grad3 = grads_equal(&m, &r0.g, &r3.g);
+    check(model_device_bytes(&m3) == model_device_bytes(&m) + model_keep_logits_bytes(&cfg, T), name,
+          "kept logits: device bytes %zu, expected %zu + %zu", model_device_bytes(&m3), model_device_bytes(&m),
+          model_keep_logits_bytes(&cfg, T));
+    model_zero_grad(&m3);
+    model_backward(&m3, m3.dlogprob, NULL);
+    ops_sync(&ctx);
+    host_grads again;
+    grads_download(&m3, &again);
+    int same_again = grads_equal(&m, &r0.g, &again);
+    printf("  logits kept: forward %s, gradients %s, second backward %s\n", same_fwd3 ? "bit-identical" : "DIFFERENT",
+           same_grad3 ? "bit-identical" : "DIFFERENT", same_again ? "bit-identical" : "DIFFERENT");
+    check(same_fwd3 && same_grad3 && same_again, name, "kept lm-head logits change the forward or the gradients");
+    grads_free(&again, cfg.n_layers);
+    run_free(&r3, cfg.n_layers);
+    model_free(&m3);
 
     /* Accumulation: one more forward/backward without zeroing doubles the
      * gradients (checked on the recompute model, whose shared activations

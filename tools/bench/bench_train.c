@@ -54,6 +54,7 @@
  * Usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide]
  *                    [--layers N] [--steps N] [--warmup N]
  *                    [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N]
+ *                    [--keep-logits]
  * --quick: the first shape only (0.6B, or 8B with --wide), 3 timed steps.
  * --tiny: a small shape (2 x 64 tokens, 2 layers) so the whole program runs
  * on the CPU backend in seconds; with --wide, a small untied shape of
@@ -65,7 +66,9 @@
  * --attn-fwd N / --attn-bwd N: the attention kernels' pins (ops_tuning in
  * kernels/ops.h: 0 the chosen kernels, which are a block per query tile
  * and the one-pass backward at head dim 128; 2 the persistent forward;
- * 1 the two-pass backward). */
+ * 1 the two-pass backward). --keep-logits: the model keeps the lm head's fp32
+ * logits from forward to backward (model_keep_logits: 4 B*S*vocab bytes more,
+ * one lm-head GEMM fewer). */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdint.h>
@@ -165,7 +168,7 @@ static int op_times;
 /* --attn-fwd N, --attn-bwd N: ops_tuning.attn_fwd / attn_bwd (ops.h) for
  * every step (model_scratch_bytes holds the one-pass backward's
  * accumulator for these batches of long sequences). */
-static int attn_fwd_pin, attn_bwd_pin;
+static int attn_fwd_pin, attn_bwd_pin, keep_logits;
 
 static void run_config(const shape *sh, dk_device dev, int recompute, int warmup, int steps, result *r) {
     const model_config *c = &sh->cfg;
@@ -180,6 +183,7 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     ctx.tuning.attn_bwd = attn_bwd_pin;
     model m;
     must(model_create(&m, c, &ctx, T, (model_recompute)recompute), "model_create");
+    if (keep_logits) model_keep_logits(&m);
     /* The FLOPs count only the non-embedding part; the config's count must be
      * that plus the table(s) the model allocated (one tied, two untied), or
      * the MFU would be computed on a different model from the one timed.
@@ -303,7 +307,7 @@ static void parse_hf(FILE *f, result *rs, int n, const char *src, int echo) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide] [--layers N] [--steps N] "
-                    "[--warmup N] [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N]\n"
+                    "[--warmup N] [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N] [--keep-logits]\n"
                     "  --wide: Qwen3-8B and 14B width (untied) at --layers N layers (default 4) instead of the "
                     "0.6B / 1.7B shapes\n");
     exit(2);
@@ -320,6 +324,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--wide")) wide = 1;
         else if (!strcmp(argv[i], "--no-hf")) no_hf = 1;
         else if (!strcmp(argv[i], "--op-times")) op_times = 1;
+        else if (!strcmp(argv[i], "--keep-logits")) keep_logits = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             if (ops_parse_device(argv[++i], &dev) != DK_OK) {
                 fprintf(stderr, "bench_train: %s\n", dk_error());
