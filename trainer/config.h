@@ -82,6 +82,7 @@ typedef struct dk_config {
         int micro_batch_tokens;
         double weight_decay, beta1, beta2, eps, grad_clip;
         model_recompute recompute;
+        bool keep_logits;
     } train;
     struct {
         int n_samples, max_turns;

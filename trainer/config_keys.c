@@ -128,6 +128,11 @@ const config_key config_keys[] = {
            "more per layer); auto: the first of none, layer_keep_attention, layer whose memory plan fits the "
            "GPU (the host on the CPU backend) without shrinking the rollout KV cache below what layer leaves "
            "(train --plan shows the pick)"),
+    K_BOOL(train, keep_logits, "true", 0,
+           "on cuda, keep the lm head's fp32 logits (tokens x vocab) from forward to backward, which then skips "
+           "their recompute (one lm-head GEMM fewer per micro-batch), where the memory plan fits with them and "
+           "they leave the rollout KV cache as many tokens as it holds without them (or every conversation at "
+           "full length); false: always recompute"),
 
     K_INT_FROM(rl, n_samples, "16", CR_POS, CS_SCRIPT, NULL, "rollouts per task (the group of the advantage baseline)"),
     K_INT_FROM(rl, max_turns, "3", CR_POS, CS_WRITEUP, NULL,

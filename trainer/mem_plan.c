@@ -160,10 +160,29 @@ static dk_status plan_auto(mem_plan *p, const dk_config *cfg, const model_config
     return DK_OK;
 }
 
+static dk_status plan_one(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
+                          dk_device device, size_t gpu_bytes, int train_tokens, int keep_logits);
+
 dk_status mem_plan_make_ex(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
                            dk_device device, size_t gpu_bytes, int train_tokens) {
     if (cfg->train.recompute == DK_RECOMPUTE_AUTO)
         return plan_auto(p, cfg, mc, world, sharded, device, gpu_bytes, train_tokens);
+    DK_TRY(plan_one(p, cfg, mc, world, sharded, device, gpu_bytes, train_tokens, 0));
+    /* Kept lm-head logits (model_keep_logits): where the plan fits with them
+     * and they cost the rollouts no KV cache below every conversation at
+     * full length (or what the cache held without them, if less). The CPU
+     * backend gains nothing from them: its backward copies what it would
+     * otherwise compute at the same cost order. */
+    if (!cfg->train.keep_logits || device == DK_DEVICE_CPU || !p->has_phase[MEM_TRAIN] || !p->fits) return DK_OK;
+    mem_plan k;
+    DK_TRY(plan_one(&k, cfg, mc, world, sharded, device, gpu_bytes, train_tokens, 1));
+    const long want_kv = p->kv_tokens < p->kv_need_all ? p->kv_tokens : p->kv_need_all;
+    if (k.fits && (!k.has_phase[MEM_ROLLOUT] || k.kv_tokens >= want_kv)) *p = k;
+    return DK_OK;
+}
+
+static dk_status plan_one(mem_plan *p, const dk_config *cfg, const model_config *mc, int world, int sharded,
+                          dk_device device, size_t gpu_bytes, int train_tokens, int keep_logits) {
     memset(p, 0, sizeof *p);
     if (world < 1) return dk_fail(DK_ERR_USAGE, "memory plan: world size %d, must be at least 1", world);
     DK_TRY(model_config_validate(mc));
@@ -205,6 +224,8 @@ dk_status mem_plan_make_ex(mem_plan *p, const dk_config *cfg, const model_config
     put(p, MEM_GATHER_PARAMS, gathers ? u.working * A : 0, 1, 0);
     put(p, MEM_GATHER_GRADS, gathers ? u.working * F : 0, 1, 0);
     put(p, MEM_ACTIVATIONS, mem_plan_model_acts(mc, p->train_tokens, p->recompute, A), 1, eval || !sharded);
+    p->keep_logits = keep_logits;
+    put(p, MEM_KEEP_LOGITS, keep_logits ? model_keep_logits_bytes(mc, p->train_tokens) : 0, 1, eval || !sharded);
     if (rl && cfg->rl.kl_coef > 0) {
         if (sharded) /* zero_keep_reference: act shards of its own */
             put(p, MEM_REFERENCE, u.shard * A, 1, 1);
@@ -274,6 +295,7 @@ const char *mem_plan_row_name(mem_row r) {
         [MEM_GATHER_PARAMS] = "gathered parameters (ends + 2 layers)",
         [MEM_GATHER_GRADS] = "gathered gradients (same, fp32)",
         [MEM_ACTIVATIONS] = "activations",
+        [MEM_KEEP_LOGITS] = "kept lm-head logits (fp32)",
         [MEM_SCRATCH] = "ops scratch (lm-head chunk)",
         [MEM_BLASLT] = "cuBLASLt workspace",
         [MEM_REFERENCE] = "KL reference policy",

@@ -52,6 +52,7 @@ typedef enum {
     MEM_GATHER_PARAMS, /* gathered embedding, final norm, lm head and two layer slots, act (world > 1) */
     MEM_GATHER_GRADS,  /* their fp32 gradients, the same units (world > 1) */
     MEM_ACTIVATIONS,   /* model_create's activations for the rank's micro-batch */
+    MEM_KEEP_LOGITS,   /* model_keep_logits: the lm head's fp32 logits, forward to backward */
     MEM_SCRATCH,       /* ops scratch: lm-head chunk logits, attention statistics */
     MEM_BLASLT,        /* cuBLASLt workspace */
     MEM_REFERENCE,     /* frozen KL reference policy (rl.kl_coef > 0): a second model_create */
@@ -77,6 +78,7 @@ typedef struct {
     model_recompute recompute; /* the mode planned: the config's, or the pick of recompute = auto */
     int recompute_auto;      /* picked by auto; recompute_why says why the faster modes were passed over */
     char recompute_why[192];
+    int keep_logits;         /* the model keeps the lm head's logits (model_keep_logits) */
     int rollout_seqs;        /* conversations per rank generated together (rl, eval) */
     int step_tokens;         /* tokens of one generation step */
     int max_length;
@@ -115,6 +117,10 @@ dk_status mem_plan_make(mem_plan *p, const dk_config *cfg, const model_config *m
                         size_t gpu_bytes, int train_tokens);
 /* As mem_plan_make; sharded = 1 plans ZeRO-3 at world 1 too (a run with
  * DK_ZERO=1). mem_plan_make is this with sharded = world > 1.
+ * On CUDA a plan that fits also keeps the lm head's fp32 logits from forward
+ * to backward (keep_logits, model_keep_logits: one lm-head GEMM fewer per
+ * step) where it still fits with them and they leave the rollout KV cache
+ * every conversation at full length (or what it held without them).
  * train.recompute = auto (config.h) is planned as the first of none,
  * layer_keep_attention and layer whose plan fits and whose rollout KV cache
  * holds as many tokens as layer's would (or every conversation of the rank
@@ -144,9 +150,10 @@ dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world
  * why), from the plan of world ranks, sharded as mem_plan_make_ex says (a
  * run with DK_ZERO=1 at world 1), for max_tokens tokens, on CUDA device
  * `gpu`'s total memory, which must hold it (mem_plan_check), or on the CPU
- * backend the host's. Where no GPU answers, the config's mode (layer for
- * auto) and DK_OK: context creation reports that. */
+ * backend the host's; and whether the model keeps its lm-head logits
+ * (mem_plan_make_ex). Where no GPU answers, the config's mode (layer for
+ * auto), no kept logits and DK_OK: context creation reports that. */
 dk_status mem_plan_run_start(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
-                             int max_tokens, model_recompute *rc);
+                             int max_tokens, model_recompute *rc, int *keep_logits);
 
 #endif

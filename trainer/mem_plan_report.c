@@ -41,8 +41,8 @@ void mem_plan_print(const mem_plan *p, FILE *f) {
     fprintf(f, "  model: %s parameters, largest unit %s elements (padded for the world); weights and activations %s\n",
             np, nu, p->act_size == 2 ? "bf16" : "fp32");
     if (p->has_phase[MEM_TRAIN]) {
-        fprintf(f, "  train: micro-batch of %d tokens per rank, recompute %s\n", p->train_tokens,
-                recompute_name(p->recompute));
+        fprintf(f, "  train: micro-batch of %d tokens per rank, recompute %s, lm-head logits %s\n", p->train_tokens,
+                recompute_name(p->recompute), p->keep_logits ? "kept (one GEMM fewer)" : "recomputed");
         if (p->recompute_auto)
             fprintf(f, "  recompute = auto picked %s: %s\n", recompute_name(p->recompute), p->recompute_why);
     }
@@ -143,8 +143,9 @@ dk_status mem_plan_check(const dk_config *cfg, const model_config *mc, int world
 }
 
 dk_status mem_plan_run_start(const dk_config *cfg, const model_config *mc, int gpu, int world, int sharded,
-                             int max_tokens, model_recompute *rc) {
+                             int max_tokens, model_recompute *rc, int *keep_logits) {
     const int is_auto = cfg->train.recompute == DK_RECOMPUTE_AUTO;
+    *keep_logits = 0;
     *rc = is_auto ? MODEL_RECOMPUTE_LAYER : cfg->train.recompute; /* where no memory size answers */
     const int cuda = cfg->run.device == DK_DEVICE_CUDA;
     const size_t bytes = cuda ? device_total_bytes(gpu) : (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
@@ -158,6 +159,10 @@ dk_status mem_plan_run_start(const dk_config *cfg, const model_config *mc, int g
         DK_TRY(mem_plan_make_ex(&p, cfg, mc, world, sharded, DK_DEVICE_CPU, bytes, max_tokens));
     }
     *rc = p.recompute;
+    *keep_logits = p.keep_logits;
+    if (p.keep_logits)
+        printf("lm-head logits kept from forward to backward: %.2f GB (the plan has room)\n",
+               gb(p.bytes[MEM_KEEP_LOGITS][MEM_TRAIN]));
     if (is_auto)
         printf("recompute = auto: %s on %.2f GB (%s)\n", recompute_name(p.recompute), gb(bytes), p.recompute_why);
     return DK_OK;

@@ -58,9 +58,11 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     r->sharded = trains && (world > 1 || (force && !strcmp(force, "1")));
     if (cfg->run.device == DK_DEVICE_CPU) DK_TRY(check_fits(cfg, &mc, scratch, max_tokens, r->sharded, world));
     DK_TRY(run_setup_device(r, cfg, scratch));
-    DK_TRY(mem_plan_run_start(cfg, &mc, r->ctx.gpu, r->sharded ? world : 1, r->sharded, max_tokens, &r->recompute));
+    DK_TRY(mem_plan_run_start(cfg, &mc, r->ctx.gpu, r->sharded ? world : 1, r->sharded, max_tokens, &r->recompute,
+                              &r->keep_logits));
     r->max_tokens = max_tokens;
     DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, max_tokens, r->recompute, !r->sharded));
+    if (r->keep_logits) model_keep_logits(&r->model);
     r->model_ready = 1;
     r->training = 1;
     if (r->sharded) {
@@ -166,6 +168,7 @@ dk_status run_setup_train_restore(run_setup *r) {
     if (!r->sharded || r->training) return DK_OK;
     model_config mc = r->model.cfg;
     DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, r->max_tokens, r->recompute, 0));
+    if (r->keep_logits) model_keep_logits(&r->model);
     zero_working_restore(&r->zero);
     r->training = 1;
     return DK_OK;

@@ -21,6 +21,7 @@ typedef struct {
     int training;     /* the model's activations (and zero's working set) exist */
     int max_tokens;   /* what the model is planned for */
     model_recompute recompute;
+    int keep_logits;  /* the memory plan has room for the lm head's kept logits (model_keep_logits) */
     int ctx_ready, model_ready, comm_ready;
 } run_setup;
 

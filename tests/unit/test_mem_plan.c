@@ -141,7 +141,8 @@ static void test_shards(void) {
               p.bytes[MEM_GATHER_GRADS][MEM_TRAIN], 2 * 446, 4 * 446);
     }
     /* SFT has no rollout phase; eval no optimizer state and no train phase. */
-    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=16", "train.batch_size=4", "train.recompute=none"};
+    const char *sft[] = {SMALL_SHAPE,          "run.mode=sft",         "data.max_length=16",
+                         "train.batch_size=4", "train.recompute=none", "train.keep_logits=false"};
     const char *eval[] = {SMALL_SHAPE, "run.mode=eval", "data.max_length=16", "train.batch_size=4"};
     dk_config cfg;
     model_config mc;
@@ -247,7 +248,7 @@ static void test_gen_forward(void) {
 
 static void test_rank_batch_and_fit(void) {
     const char *ov[] = {SMALL_SHAPE, "run.mode=rl", "data.max_length=16", "train.batch_size=8", "rl.n_samples=2",
-                        "train.recompute=none"};
+                        "train.recompute=none", "train.keep_logits=false"};
     dk_config cfg;
     model_config mc;
     load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
@@ -274,7 +275,8 @@ static void test_rank_batch_and_fit(void) {
     CHECK(p.train_tokens == 40, "micro_batch_tokens 40: planned %d", p.train_tokens);
 
     /* FITS exactly at total + margin; one byte less does not. SFT: one phase. */
-    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=16", "train.batch_size=4", "train.recompute=none"};
+    const char *sft[] = {SMALL_SHAPE,          "run.mode=sft",         "data.max_length=16",
+                         "train.batch_size=4", "train.recompute=none", "train.keep_logits=false"};
     load(&cfg, sft, sizeof sft / sizeof sft[0]);
     must(mem_plan_make(&p, &cfg, &mc, 2, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
     const size_t need = p.total[MEM_TRAIN] + p.margin_bytes;
@@ -301,8 +303,8 @@ static void test_rank_batch_and_fit(void) {
 /* The check a CUDA run makes at start: refuses, naming the GPU, below the
  * plan's need; passes at it. */
 static void test_check(void) {
-    const char *ov[] = {SMALL_SHAPE, "run.mode=sft", "run.device=cuda", "data.max_length=16", "train.batch_size=4",
-                        "train.recompute=none"};
+    const char *ov[] = {SMALL_SHAPE,          "run.mode=sft",         "run.device=cuda",         "data.max_length=16",
+                        "train.batch_size=4", "train.recompute=none", "train.keep_logits=false"};
     dk_config cfg;
     model_config mc;
     load_model(&cfg, &mc, ov, sizeof ov / sizeof ov[0]);
@@ -324,7 +326,8 @@ static void test_check(void) {
  * through the rollouts) it passes over a mode that fits but leaves the KV
  * cache fewer tokens than layer would; a fixed mode is planned as set. */
 static void test_recompute_auto(void) {
-    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=64", "train.batch_size=4", "train.recompute=auto"};
+    const char *sft[] = {SMALL_SHAPE,          "run.mode=sft",         "data.max_length=64",
+                         "train.batch_size=4", "train.recompute=auto", "train.keep_logits=false"};
     dk_config cfg;
     model_config mc;
     load_model(&cfg, &mc, sft, sizeof sft / sizeof sft[0]);
@@ -356,7 +359,8 @@ static void test_recompute_auto(void) {
     /* RL at world 1, not sharded: the activations stay through the rollout
      * phase, so a faster mode's bigger activations shrink the KV cache. */
     const char *rl[] = {SMALL_SHAPE, "run.mode=rl", "data.max_length=64", "train.batch_size=8", "rl.n_samples=2",
-                        "train.recompute=auto", "dist.margin_gb=0"};
+                        "train.recompute=auto", "dist.margin_gb=0",
+                        "train.keep_logits=false"};
     load_model(&cfg, &mc, rl, sizeof rl / sizeof rl[0]);
     mem_plan fixed[3];
     for (int i = 0; i < 3; i++) {
@@ -402,7 +406,64 @@ static void test_recompute_auto(void) {
     CHECK(p.recompute == MODEL_RECOMPUTE_NONE || !p.fits, "sharded auto at none's need picked %d", (int)p.recompute);
 }
 
+/* train.keep_logits: on CUDA the plan keeps the lm head's fp32 logits (a
+ * T x V row in the train phase) where it fits with them, and not one byte
+ * below; never on the CPU backend or when the key is false; in RL without
+ * sharding (the model's buffers stay through the rollouts) never at the
+ * cost of KV cache the conversations need. */
+static void test_keep_logits(void) {
+    const char *sft[] = {SMALL_SHAPE, "run.mode=sft", "data.max_length=16", "train.batch_size=4",
+                         "train.recompute=none"};
+    dk_config cfg;
+    model_config mc;
+    load_model(&cfg, &mc, sft, sizeof sft / sizeof sft[0]);
+    CHECK(cfg.train.keep_logits, "train.keep_logits defaults to true");
+    mem_plan p, off;
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
+    const size_t row = (size_t)p.train_tokens * (size_t)mc.vocab_size * 4;
+    CHECK(p.keep_logits && p.bytes[MEM_KEEP_LOGITS][MEM_TRAIN] == row && row == model_keep_logits_bytes(&mc, 64),
+          "ample memory: keep %d, row %zu, want %zu (64 tokens x vocab %d x 4)", p.keep_logits,
+          p.bytes[MEM_KEEP_LOGITS][MEM_TRAIN], row, mc.vocab_size);
+    dk_config c = cfg;
+    c.train.keep_logits = false;
+    must(mem_plan_make(&off, &c, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
+    CHECK(!off.keep_logits && off.bytes[MEM_KEEP_LOGITS][MEM_TRAIN] == 0 &&
+              off.total[MEM_TRAIN] + row == p.total[MEM_TRAIN],
+          "keep_logits=false: keep %d, row %zu, totals %zu + %zu vs %zu", off.keep_logits,
+          off.bytes[MEM_KEEP_LOGITS][MEM_TRAIN], off.total[MEM_TRAIN], row, p.total[MEM_TRAIN]);
+    const size_t need = off.total[MEM_TRAIN] + off.margin_bytes;
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, need + row, 0), "mem_plan_make");
+    CHECK(p.keep_logits && p.fits, "at the need with the row: keep %d, fits %d", p.keep_logits, p.fits);
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, need + row - 1, 0), "mem_plan_make");
+    CHECK(!p.keep_logits && p.fits, "one byte short of the row: keep %d, fits %d", p.keep_logits, p.fits);
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CPU, (size_t)100e9, 0), "mem_plan_make cpu");
+    CHECK(!p.keep_logits, "the CPU backend keeps no logits");
+
+    /* RL at world 1: the row stays through the rollouts, so a GPU whose
+     * cache without it holds just every conversation keeps none. */
+    const char *rl[] = {SMALL_SHAPE, "run.mode=rl", "data.max_length=64", "train.batch_size=8", "rl.n_samples=2",
+                        "train.recompute=none", "dist.margin_gb=0"};
+    load_model(&cfg, &mc, rl, sizeof rl / sizeof rl[0]);
+    c = cfg;
+    c.train.keep_logits = false;
+    must(mem_plan_make(&off, &c, &mc, 1, DK_DEVICE_CUDA, (size_t)100e9, 0), "mem_plan_make");
+    const size_t rrow = model_keep_logits_bytes(&mc, off.train_tokens);
+    const size_t base = off.total[MEM_ROLLOUT] - off.bytes[MEM_KV_CACHE][MEM_ROLLOUT];
+    const size_t kv_all = 2 * (size_t)off.kv_need_all * off.kv_token_bytes; /* kv_cache_fraction 0.5 */
+    size_t gpu = base + kv_all;
+    if (off.total[MEM_TRAIN] + rrow > gpu) gpu = off.total[MEM_TRAIN] + rrow;
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, gpu, 0), "mem_plan_make");
+    CHECK(!p.keep_logits && p.fits && p.kv_tokens >= p.kv_need_all,
+          "rl, cache just holds every conversation: keep %d, fits %d, %ld of %ld KV tokens", p.keep_logits, p.fits,
+          p.kv_tokens, p.kv_need_all);
+    must(mem_plan_make(&p, &cfg, &mc, 1, DK_DEVICE_CUDA, gpu + 2 * rrow, 0), "mem_plan_make");
+    CHECK(p.keep_logits && p.bytes[MEM_KEEP_LOGITS][MEM_ROLLOUT] == rrow && p.kv_tokens >= p.kv_need_all,
+          "rl, room for the row too: keep %d, rollout row %zu (want %zu), %ld of %ld KV tokens", p.keep_logits,
+          p.bytes[MEM_KEEP_LOGITS][MEM_ROLLOUT], rrow, p.kv_tokens, p.kv_need_all);
+}
+
 int main(void) {
+    test_keep_logits();
     test_recompute_auto();
     test_shards();
     test_model_create();
