@@ -5,10 +5,12 @@
  * recompute none and layer.
  *
  * Measured with cudaMemGetInfo (kernels/device.h): free memory once the
- * process's CUDA context exists, then after ops_ctx_init, model_create,
- * optim_init and one optimizer step (forward, backward, AdamW). Checks:
- *   - exact: model_device_bytes equals the plan's parameter, gradient and
- *     activation rows; the context's scratch and cuBLASLt workspace equal
+ * process's CUDA context exists, then after ops_ctx_init, model_create
+ * (and model_keep_logits where the plan keeps the lm head's logits, as a
+ * run does), optim_init and one optimizer step (forward, backward, AdamW).
+ * Checks:
+ *   - exact: model_device_bytes equals the plan's parameter, gradient,
+ *     activation and kept-logits rows; the context's scratch and cuBLASLt workspace equal
  *     the plan's rows (the sizes the plan assumes are the ones allocated);
  *   - within 10%: the memory the run took (free before - free after)
  *     against the plan without its CUDA-context estimate, and the memory in
@@ -117,6 +119,7 @@ static void run_case(const char *name, const char *hidden, const char *inter, co
     must(ops_ctx_init(&ctx, DK_DEVICE_CUDA, 0, model_scratch_bytes(&mc, T)), "ops_ctx_init");
     model m;
     must(model_create(&m, &mc, &ctx, T, (model_recompute)cfg.train.recompute), "model_create");
+    if (p.keep_logits) model_keep_logits(&m); /* as run_setup_init does where the plan has room */
     model_init_random(&m, 1, 0.02f);
     optim_config oc = {0.9f, 0.999f, 1e-8f, 0.01f, 1.0f};
     optim o;
@@ -128,8 +131,8 @@ static void run_case(const char *name, const char *hidden, const char *inter, co
     const size_t free1 = device_free_bytes(0);
 
     /* The sizes the plan assumes are the ones allocated. */
-    const size_t model_rows =
-        p.bytes[MEM_PARAMS][MEM_TRAIN] + p.bytes[MEM_GRADS][MEM_TRAIN] + p.bytes[MEM_ACTIVATIONS][MEM_TRAIN];
+    const size_t model_rows = p.bytes[MEM_PARAMS][MEM_TRAIN] + p.bytes[MEM_GRADS][MEM_TRAIN] +
+                              p.bytes[MEM_ACTIVATIONS][MEM_TRAIN] + p.bytes[MEM_KEEP_LOGITS][MEM_TRAIN];
     CHECK(model_rows == model_device_bytes(&m), "%s: plan's model rows %zu bytes, model_device_bytes %zu", name,
           model_rows, model_device_bytes(&m));
     CHECK(p.bytes[MEM_SCRATCH][MEM_TRAIN] == ctx.scratch_size, "%s: scratch row %zu, context %zu", name,
@@ -187,6 +190,7 @@ static void run_rl_sharded(void) {
     must(comm_open(&c, &ctx, COMM_MPI, 60), "comm_open");
     model m;
     must(model_create_ex(&m, &mc, &ctx, T, MODEL_RECOMPUTE_LAYER, 0), "model_create_ex");
+    if (p.keep_logits) model_keep_logits(&m);
     optim_config oc = {0.9f, 0.999f, 1e-8f, 0.01f, 1.0f};
     zero z;
     must(zero_init(&z, &m, &c, &oc), "zero_init");
