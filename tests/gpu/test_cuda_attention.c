@@ -89,6 +89,8 @@ static const attn_case cases[] = {
     {"padding only, D=128", 128, 4, 2, 0, {0}, 7, 1.0f, 1},
     {"tiny-model heads, D=16, group 2", 16, 4, 2, 3, {256, 100, 3}, 2, 1.0f, 1},
     {"D=32, group 4", 32, 8, 2, 3, {129, 70, 1}, 0, 2.0f, 1},
+    {"group 5 (the 14B shape's 40 / 8), D=128", 128, 10, 2, 3, {300, 129, 64}, 1, 1.0f, 1},
+    {"group 3, D=64", 64, 6, 2, 2, {200, 65}, 0, 1.0f, 0},
 };
 
 static void check(const char *what, double diff, double tol) {
