@@ -27,6 +27,14 @@ static int fused_fits(int M, int N, int K, const void *a, const void *w, const v
            is_aligned16(w) && (!norm_w || is_aligned16(norm_w));
 }
 
+/* tmp[M, K] = rmsnorm(x) * norm_w, the rows the unfused paths multiply; rstd
+ * is not needed past the norm, so scratch is free again for the product. */
+static void norm_rows(ops_ctx *ctx, void *tmp, const void *x, const void *norm_w, int M, int K, float eps,
+                      const char *op) {
+    float *rstd = (float *)ctx_scratch(ctx, (size_t)M * sizeof(float), op);
+    cuda_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
+}
+
 extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, int c_f32, void *tmp, const void *x, const void *norm_w,
                                     const void *w, int M, int N, int K, float eps, float alpha, float beta) {
     if (M < 0 || N < 0 || K <= 0) DK_ABORT("ops_rmsnorm_matmul: bad shape M=%d N=%d K=%d", M, N, K);
@@ -37,9 +45,7 @@ extern "C" void cuda_rmsnorm_matmul(ops_ctx *ctx, void *c, int c_f32, void *tmp,
         else gemv_launch_rows<GEMV_RMSNORM, 1, false>(ctx, g, M);
         return;
     }
-    /* rstd is not needed past the norm: scratch is free again for the matmul. */
-    float *rstd = (float *)ctx_scratch(ctx, (size_t)M * sizeof(float), "ops_rmsnorm_matmul");
-    cuda_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
+    norm_rows(ctx, tmp, x, norm_w, M, K, eps, "ops_rmsnorm_matmul");
     cuda_matmul(ctx, c, c_f32, tmp, w, M, N, K, 0, 1, alpha, beta);
 }
 
@@ -61,8 +67,7 @@ extern "C" void cuda_rmsnorm_matmul_swiglu(ops_ctx *ctx, void *h, void *gu, void
      * that kernel. */
     const int use = ctx->tuning.skinny_use;
     if (M > GEMV_MAX_M && fuse == 0 && (use == 0 || use == 2)) {
-        float *rstd = (float *)ctx_scratch(ctx, (size_t)M * sizeof(float), "ops_rmsnorm_matmul_swiglu");
-        cuda_rmsnorm_forward(ctx, tmp, rstd, x, norm_w, M, K, eps);
+        norm_rows(ctx, tmp, x, norm_w, M, K, eps, "ops_rmsnorm_matmul_swiglu");
         if (cuda_matmul_skinny_wgmma_swiglu(ctx, h, tmp, w, M, I, K)) return;
         cuda_matmul(ctx, gu, 0, tmp, w, M, 2 * I, K, 0, 1, 1.0f, 0.0f);
         cuda_swiglu_forward(ctx, h, gu, M, I);

@@ -222,20 +222,16 @@ __global__ void __launch_bounds__(sw_threads(NWG), 1)
 typedef void (*sw_kernel)(sk_args, const CUtensorMap, const CUtensorMap);
 
 /* The instances, in skinny_plan_widths' order (skinny_plan.h): BN columns
- * a consumer warpgroup, NWG of them. */
+ * a consumer warpgroup, NWG of them; each width's plain product and its
+ * SwiGLU form. */
 static const struct {
     int bn, nwg;
-    sw_kernel k;
-} sw_widths[SKINNY_PLAN_WIDTHS] = {{128, 2, matmul_skinny_wg<128, 2, false>},
-                                   {96, 2, matmul_skinny_wg<96, 2, false>},
-                                   {128, 1, matmul_skinny_wg<128, 1, false>},
-                                   {96, 1, matmul_skinny_wg<96, 1, false>},
-                                   {64, 1, matmul_skinny_wg<64, 1, false>}},
-  sw_swiglu[SKINNY_PLAN_WIDTHS] = {{128, 2, matmul_skinny_wg<128, 2, true>},
-                                   {96, 2, matmul_skinny_wg<96, 2, true>},
-                                   {128, 1, matmul_skinny_wg<128, 1, true>},
-                                   {96, 1, matmul_skinny_wg<96, 1, true>},
-                                   {64, 1, matmul_skinny_wg<64, 1, true>}};
+    sw_kernel k, swiglu;
+} sw_widths[SKINNY_PLAN_WIDTHS] = {{128, 2, matmul_skinny_wg<128, 2, false>, matmul_skinny_wg<128, 2, true>},
+                                   {96, 2, matmul_skinny_wg<96, 2, false>, matmul_skinny_wg<96, 2, true>},
+                                   {128, 1, matmul_skinny_wg<128, 1, false>, matmul_skinny_wg<128, 1, true>},
+                                   {96, 1, matmul_skinny_wg<96, 1, false>, matmul_skinny_wg<96, 1, true>},
+                                   {64, 1, matmul_skinny_wg<64, 1, false>, matmul_skinny_wg<64, 1, true>}};
 
 /* The index of the width of cols columns (one sk_plan_finish allows). */
 static int sw_width_index(int cols) {
@@ -323,8 +319,8 @@ extern "C" int cuda_matmul_skinny_wgmma_swiglu(ops_ctx *ctx, void *h, const void
     if (nsplit != 1) return 0;
     const int wi = sw_width_index(cols), out = cols / 2;
     const size_t smem = sw_smem_bytes(cols);
-    const int threads = sw_threads(sw_swiglu[wi].nwg);
-    const sw_kernel k = sw_swiglu[wi].k;
+    const int threads = sw_threads(sw_widths[wi].nwg);
+    const sw_kernel k = sw_widths[wi].swiglu;
     cuda_kernel_per_sm(ctx, (const void *)k, threads, smem); /* sets the shared-memory limit */
     const CUtensorMap ma = tmap_rows((const bf16 *)a, K, M, SW_M), mw = tmap_rows((const bf16 *)w, K, 2 * I, out);
     cuda_launch_pdl_cluster(ctx_stream(ctx), !ctx->tuning.no_pdl, 1, k, dim3((unsigned)((I + out - 1) / out), 1u),
