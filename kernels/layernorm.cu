@@ -14,5 +14,5 @@ extern "C" void cuda_layernorm_forward(ops_ctx *ctx, void *out, float *mean, flo
 extern "C" void cuda_layernorm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const void *dout,
                                         const void *x, const void *w, const float *mean, const float *rstd, int N,
                                         int C) {
-    norm_backward<true>(ctx, dx, dw, db, dout, x, w, mean, rstd, N, C, "ops_layernorm_backward");
+    norm_backward<true>(ctx, dx, dw, db, dout, x, w, mean, rstd, N, C, 0, "ops_layernorm_backward");
 }

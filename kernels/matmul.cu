@@ -1,5 +1,6 @@
 /* matmul.cu: C = alpha * op(A) @ op(B) + beta * C through cuBLASLt, bf16 A and
- * B, fp32 accumulation, C in bf16 or (c_f32, parameter gradients) fp32.
+ * B, fp32 accumulation, C in bf16 or (c_f32, parameter gradients) fp32; and
+ * the residual form C = A W^T + R, R read as cuBLASLt's C beside the output.
  *
  * cuBLASLt is column-major. A row-major [R, S] matrix is, byte for byte, the
  * column-major [S, R] matrix, its transpose; so the row-major product
@@ -35,6 +36,9 @@ typedef struct {
 #define MM_CACHE 512     /* power of two */
 #define MM_CANDIDATES 8 /* heuristic results to choose from */
 #define MM_SMALL_OUT ((size_t)4 << 20) /* outputs up to 4M elements may take the fp32 detour */
+/* The most rows the in-place paths (matmul_gemv.cu: 8, the skinny kernels:
+ * 64) ever take. */
+#define MM_IN_PLACE_ROWS 64
 
 static mm_plan mm_cache[MM_CACHE];
 static pthread_mutex_t mm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -150,11 +154,21 @@ __global__ void scale_fp32(float *c, size_t n, float beta) {
         c[i] *= beta;
 }
 
-extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
-                            int trans_a, int trans_b, float alpha, float beta) {
+/* C = alpha * op(A) op(B) + beta * C_in, written to C: C_in is C for
+ * ops_matmul and the residual R for ops_matmul_residual. cuBLASLt reads C_in
+ * and writes C as two matrices of one layout, and the fp32 detour of a long
+ * K stages C_in; the few-row kernels work in place, so C_in is first copied
+ * into C where one of them may take the product. */
+static void matmul_into(ops_ctx *ctx, void *c, const void *c_in, int c_f32, const void *a, const void *b, int M,
+                        int N, int K, int trans_a, int trans_b, float alpha, float beta) {
     if (M < 0 || N < 0 || K < 0) DK_ABORT("ops_matmul: negative size M=%d N=%d K=%d", M, N, K);
     if (M == 0 || N == 0) return;
     cudaStream_t st = ctx_stream(ctx);
+    if (c_in != c && beta != 0.0f && (K == 0 || M <= MM_IN_PLACE_ROWS)) {
+        CUDA_CHECK(cudaMemcpyAsync(c, c_in, (size_t)M * N * (c_f32 ? sizeof(float) : sizeof(bf16)),
+                                   cudaMemcpyDeviceToDevice, st));
+        c_in = c;
+    }
     if (K == 0) {
         size_t n = (size_t)M * N;
         if (beta == 0.0f) {
@@ -209,7 +223,7 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
         return;
     if (long_k && mn <= MM_SMALL_OUT && mn * sizeof(float) <= ctx->scratch_size) {
         float *c32 = (float *)ctx->scratch;
-        if (beta != 0.0f) cuda_cast_act_to_f32(ctx, c32, c, mn);
+        if (beta != 0.0f) cuda_cast_act_to_f32(ctx, c32, c_in, mn);
         cuda_matmul(ctx, c32, 1, a, b, M, N, K, trans_a, trans_b, alpha, beta);
         cuda_cast_f32_to_act(ctx, c, c32, mn);
         return;
@@ -219,7 +233,8 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
     memset(&key, 0, sizeof key);
     key.gpu = ctx->gpu, key.M = M, key.N = N, key.K = K;
     key.ta = trans_a ? 1 : 0, key.tb = trans_b ? 1 : 0, key.c_f32 = c_f32 ? 1 : 0;
-    key.align_a = ptr_align(a), key.align_b = ptr_align(b), key.align_c = ptr_align(c);
+    key.align_a = ptr_align(a), key.align_b = ptr_align(b);
+    key.align_c = ptr_align(c) < ptr_align(c_in) ? ptr_align(c) : ptr_align(c_in);
 
     mm_plan local, *plan = NULL;
     pthread_mutex_lock(&mm_lock);
@@ -246,7 +261,26 @@ extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, con
     mm_plan use = plan ? *plan : local;
     pthread_mutex_unlock(&mm_lock);
 
-    CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)ctx->blaslt, use.op, &alpha, b, use.la, a, use.lb, &beta, c, use.lc,
-                                c, use.lc, &use.algo, ctx->blaslt_ws, ctx->blaslt_ws_size, st));
+    CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)ctx->blaslt, use.op, &alpha, b, use.la, a, use.lb, &beta, c_in,
+                                use.lc, c, use.lc, &use.algo, ctx->blaslt_ws, ctx->blaslt_ws_size, st));
     if (!plan) plan_destroy(&local);
+}
+
+extern "C" void cuda_matmul(ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K,
+                            int trans_a, int trans_b, float alpha, float beta) {
+    matmul_into(ctx, c, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta);
+}
+
+/* The residual add as the GEMM's own epilogue (beta = 1 on C_in = R): a
+ * training step's o and down projections, which ops_add followed at 70 us
+ * a call (1.7B shape, 16k tokens), now read R inside the product at no
+ * measurable cost (H100, bench_train: those 56 products 22.1 ms of the
+ * step's 196.6 ms of GEMMs, the same total as before). Out of place,
+ * cuBLASLt adds R to the fp32 product and rounds once; in place (C == R,
+ * as for ops_matmul with beta != 0) it rounds the product to bf16 first:
+ * 8 to 10 times the rounded-once error where the sum cancels
+ * (test_cuda_matmul). */
+extern "C" void cuda_matmul_residual(ops_ctx *ctx, void *c, const void *a, const void *w, const void *r, int M, int N,
+                                     int K) {
+    matmul_into(ctx, c, r, 0, a, w, M, N, K, 0, 1, 1.0f, 1.0f);
 }

@@ -1,6 +1,9 @@
 /* matmul_cpu.c: C = alpha * op(A) @ op(B) + beta * C on the CPU through
- * OpenBLAS's row-major sgemm. c_f32 needs no case of its own here because act
- * is already fp32 on this backend. */
+ * OpenBLAS's row-major sgemm, and the residual form C = A W^T + R as a copy
+ * of R then the same sgemm with beta 1. c_f32 needs no case of its own here
+ * because act is already fp32 on this backend. */
+#include <string.h>
+
 #include "kernels/ops_cpu.h"
 
 /* sgemm needs no complex type; this keeps openblas_config.h from including
@@ -27,4 +30,10 @@ void cpu_matmul(ops_ctx *ctx, void *c_, int c_f32, const void *a, const void *b,
     int ldb = trans_b ? K : N;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K,
                 alpha, (const float *)a, lda, (const float *)b, ldb, beta, c, N);
+}
+
+void cpu_matmul_residual(ops_ctx *ctx, void *c, const void *a, const void *w, const void *r, int M, int N, int K) {
+    if (M < 0 || N < 0 || K < 0) DK_ABORT("ops_matmul_residual: negative size M=%d N=%d K=%d", M, N, K);
+    if (c != r && M > 0 && N > 0) memcpy(c, r, (size_t)M * N * sizeof(float));
+    cpu_matmul(ctx, c, 0, a, w, M, N, K, 0, 1, 1.0f, 1.0f);
 }

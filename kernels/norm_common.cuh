@@ -121,8 +121,10 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
     }
 }
 
-/* Writes partial_w[blockIdx.x][C] (and partial_b when LN and DB). */
-template <int VPL, bool LN, bool DB>
+/* Writes partial_w[blockIdx.x][C] (and partial_b when LN and DB). ACC:
+ * dx += the input gradient (RMSNorm only; dx is then not dout), its rows
+ * read with dout and x and the sum rounded once. */
+template <int VPL, bool LN, bool DB, bool ACC>
 __global__ void __launch_bounds__(NORM_MAX_TPR)
     norm_bwd_vec(bf16 *dx, float *__restrict__ partial_w, float *__restrict__ partial_b, const bf16 *dout,
                  const bf16 *__restrict__ x, const bf16 *__restrict__ w, const float *__restrict__ mean,
@@ -142,25 +144,28 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
      * does: the next row's dout and x are in flight during this row's
      * reductions and stores. (Wider lanes, or the LayerNorm variant's second
      * accumulator, leave no registers for them.) */
+    static_assert(!(LN && ACC), "only the RMSNorm backward accumulates");
     constexpr bool PIPE = !LN && VPL <= 2;
+    constexpr int VA = ACC ? VPL : 1; /* dx's old rows, held only when accumulating */
     const int step = gridDim.x * tpb;
-    uint4 gv[VPL], xv[VPL], gn[VPL], xn[VPL];
-    auto load_row = [&](uint4 *gd, uint4 *xd, int r) {
+    uint4 gv[VPL], xv[VPL], gn[VPL], xn[VPL], av[VA], an[VA];
+    auto load_row = [&](uint4 *gd, uint4 *xd, uint4 *ad, int r) {
 #pragma unroll
         for (int j = 0; j < VPL; j++) {
             const int v = lane + j * tpr;
             const bool in = r < N && v < NV;
             gd[j] = in ? ld_stream(dout + (size_t)r * C + 8 * v) : make_uint4(0, 0, 0, 0);
             xd[j] = in ? ld_stream(x + (size_t)r * C + 8 * v) : make_uint4(0, 0, 0, 0);
+            if (ACC) ad[j] = in ? ld_stream(dx + (size_t)r * C + 8 * v) : make_uint4(0, 0, 0, 0);
         }
     };
-    if (PIPE) load_row(gv, xv, blockIdx.x * tpb + team);
+    if (PIPE) load_row(gv, xv, av, blockIdx.x * tpb + team);
     for (int base = blockIdx.x * tpb; base < N; base += step) {
         const int row = base + team;
         const bool valid = row < N;
         const size_t off = (size_t)row * C;
-        if (PIPE) load_row(gn, xn, row + step);
-        else load_row(gv, xv, row);
+        if (PIPE) load_row(gn, xn, an, row + step);
+        else load_row(gv, xv, av, row);
         const float r = valid ? rstd[row] : 0.0f;
         const float mu = (LN && valid) ? mean[row] : 0.0f;
         /* Row sums: RMS s1 = sum g w x; LN s1 = sum g w, s2 = sum g w xhat.
@@ -189,7 +194,10 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
         if (!valid) {
             if (PIPE)
 #pragma unroll
-                for (int j = 0; j < VPL; j++) gv[j] = gn[j], xv[j] = xn[j];
+                for (int j = 0; j < VPL; j++) {
+                    gv[j] = gn[j], xv[j] = xn[j];
+                    if (ACC) av[j] = an[j];
+                }
             continue;
         }
         const float kr = r * r * r * s1 * inv_c; /* RMS */
@@ -214,11 +222,20 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
                     acc_w[j][k] += gf[k] * (xf[k] * r);
                 }
             }
+            if (ACC) {
+                float old[8];
+                bf16x8_to_f32(av[ACC ? j : 0], old);
+#pragma unroll
+                for (int k = 0; k < 8; k++) d[k] += old[k];
+            }
             st_stream(dx + off + 8 * v, f32_to_bf16x8(d));
         }
         if (PIPE)
 #pragma unroll
-            for (int j = 0; j < VPL; j++) gv[j] = gn[j], xv[j] = xn[j];
+            for (int j = 0; j < VPL; j++) {
+                gv[j] = gn[j], xv[j] = xn[j];
+                if (ACC) av[j] = an[j];
+            }
     }
     /* This block's row of partial sums. */
     float *pw = partial_w + (size_t)blockIdx.x * C, *pb = DB ? partial_b + (size_t)blockIdx.x * C : NULL;
@@ -298,7 +315,7 @@ __global__ void norm_fwd_scalar(bf16 *out, float *mean_out, float *rstd_out, con
 
 template <bool LN>
 __global__ void norm_bwd_scalar(bf16 *dx, const bf16 *dout, const bf16 *x, const bf16 *w, const float *mean,
-                                const float *rstd, int N, int C) {
+                                const float *rstd, int N, int C, int acc) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * NORM_SCALAR_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -317,10 +334,12 @@ __global__ void norm_bwd_scalar(bf16 *dx, const bf16 *dout, const bf16 *x, const
     s1 = warp_sum(s1);
     s2 = warp_sum(s2);
     const float kr = r * r * r * s1 / (float)C, m1 = s1 / (float)C, m2 = s2 / (float)C;
-    /* Each lane reads then writes only its own elements: dx may be dout. */
+    /* Each lane reads then writes only its own elements: dx may be dout
+     * (when not accumulating). */
     for (int c = lane; c < C; c += 32) {
         float g = ldf(dout + off + c), xv = ldf(x + off + c), wf = ldf(w + c);
         float d = LN ? r * (g * wf - m1 - ((xv - mu) * r) * m2) : r * wf * g - kr * xv;
+        if (acc) d += ldf(dx + off + c);
         dx[off + c] = __float2bfloat16_rn(d);
     }
 }
@@ -404,25 +423,36 @@ static void norm_forward(ops_ctx *ctx, void *out, float *mean, float *rstd, cons
 /* Grid of the backward: resident blocks only, so it also bounds the rows of
  * partial sums (one per block), and no more than the scratch holds. */
 template <int VPL, bool LN>
-static unsigned norm_bwd_grid(const ops_ctx *ctx, bool with_b, int block, size_t smem, size_t work,
+static unsigned norm_bwd_grid(const ops_ctx *ctx, bool with_b, int acc, int block, size_t smem, size_t work,
                               size_t fit) {
-    unsigned g = with_b ? grid_resident(ctx, norm_bwd_vec<VPL, LN, true>, block, smem, work)
-                        : grid_resident(ctx, norm_bwd_vec<VPL, LN, false>, block, smem, work);
+    unsigned g;
+    if constexpr (LN) g = with_b ? grid_resident(ctx, norm_bwd_vec<VPL, LN, true, false>, block, smem, work)
+                                 : grid_resident(ctx, norm_bwd_vec<VPL, LN, false, false>, block, smem, work);
+    else g = acc ? grid_resident(ctx, norm_bwd_vec<VPL, LN, false, true>, block, smem, work)
+                 : grid_resident(ctx, norm_bwd_vec<VPL, LN, false, false>, block, smem, work);
     return g > fit ? (unsigned)(fit > 0 ? fit : 1) : g;
 }
 
 template <int VPL, bool LN>
 static void norm_bwd_vec_launch(unsigned grid, int block, size_t smem, cudaStream_t st, bf16 *dx, float *pw,
                                 float *pb, const bf16 *dout, const bf16 *x, const bf16 *w, const float *mean,
-                                const float *rstd, int N, int C, int tpr) {
-    if (pb) norm_bwd_vec<VPL, LN, true><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
-    else norm_bwd_vec<VPL, LN, false><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
+                                const float *rstd, int N, int C, int tpr, int acc) {
+    if constexpr (LN) {
+        if (pb) norm_bwd_vec<VPL, LN, true, false><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
+        else norm_bwd_vec<VPL, LN, false, false><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
+    } else if (acc) {
+        norm_bwd_vec<VPL, LN, false, true><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
+    } else {
+        norm_bwd_vec<VPL, LN, false, false><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
+    }
 }
 
 template <bool LN>
 static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const void *dout, const void *x,
-                          const void *w, const float *mean, const float *rstd, int N, int C, const char *op) {
+                          const void *w, const float *mean, const float *rstd, int N, int C, int acc,
+                          const char *op) {
     if (N <= 0 || C <= 0) return;
+    if (acc && (LN || dx == dout)) DK_ABORT("%s: accumulate needs the RMSNorm form and dx distinct from dout", op);
     cudaStream_t st = ctx_stream(ctx);
     const bool with_b = LN && db;
     /* The RMSNorm backward pipelines two rows of at most 2 vectors a lane
@@ -452,7 +482,7 @@ static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const vo
         else norm_dw_scalar<LN, false><<<grid, block, 0, st>>>(pw, pb, g, xb, mean, rstd, N, C);
         CUDA_LAUNCH_CHECK();
         norm_bwd_scalar<LN><<<div_up((size_t)N, NORM_SCALAR_WARPS), 32 * NORM_SCALAR_WARPS, 0, st>>>(d, g, xb, wb,
-                                                                                                   mean, rstd, N, C);
+                                                                                                   mean, rstd, N, C, acc);
         CUDA_LAUNCH_CHECK();
         colsum_partials_launch(st, dw, pw, (int)S, C);
         CUDA_LAUNCH_CHECK();
@@ -468,18 +498,18 @@ static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const vo
     size_t work = div_up((size_t)N, (size_t)tpb), fit = ctx->scratch_size / row_bytes;
     unsigned grid;
     switch (vpl) {
-    case 1: grid = norm_bwd_grid<1, LN>(ctx, with_b, block, smem, work, fit); break;
-    case 2: grid = norm_bwd_grid<2, LN>(ctx, with_b, block, smem, work, fit); break;
-    case 3: grid = norm_bwd_grid<3, LN>(ctx, with_b, block, smem, work, fit); break;
-    default: grid = norm_bwd_grid<4, LN>(ctx, with_b, block, smem, work, fit); break;
+    case 1: grid = norm_bwd_grid<1, LN>(ctx, with_b, acc, block, smem, work, fit); break;
+    case 2: grid = norm_bwd_grid<2, LN>(ctx, with_b, acc, block, smem, work, fit); break;
+    case 3: grid = norm_bwd_grid<3, LN>(ctx, with_b, acc, block, smem, work, fit); break;
+    default: grid = norm_bwd_grid<4, LN>(ctx, with_b, acc, block, smem, work, fit); break;
     }
     float *pw = (float *)ctx_scratch(ctx, grid * row_bytes, op);
     float *pb = with_b ? pw + (size_t)grid * C : NULL;
     switch (vpl) {
-    case 1: norm_bwd_vec_launch<1, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr); break;
-    case 2: norm_bwd_vec_launch<2, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr); break;
-    case 3: norm_bwd_vec_launch<3, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr); break;
-    default: norm_bwd_vec_launch<4, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr); break;
+    case 1: norm_bwd_vec_launch<1, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, acc); break;
+    case 2: norm_bwd_vec_launch<2, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, acc); break;
+    case 3: norm_bwd_vec_launch<3, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, acc); break;
+    default: norm_bwd_vec_launch<4, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, acc); break;
     }
     CUDA_LAUNCH_CHECK();
     colsum_partials_launch(st, dw, pw, (int)grid, C);

@@ -84,11 +84,22 @@ DK_OP_RET(double, sumsq, (ops_ctx *ctx, const float *x, size_t n), (ctx, x, n))
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T.
  * A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K] when trans_b).
  * A and B are act; C is act, or fp32 when c_f32 (parameter gradients).
- * A linear layer y = x W^T is ops_matmul(y, x, W, T, out, in, 0, 1, ...). */
+ * A linear layer y = x W^T is ops_matmul(y, x, W, T, out, in, 0, 1, ...).
+ * With beta != 0 and an act C the CUDA backend's cuBLASLt path (past 64
+ * rows, unless a long K takes its fp32 detour) rounds the product to act
+ * before adding beta * C, as ops_matmul then ops_add would: where the sum
+ * must be rounded once, ops_matmul_residual writes it to another buffer. */
 DK_OP(matmul,
       (ops_ctx *ctx, void *c, int c_f32, const void *a, const void *b, int M, int N, int K, int trans_a, int trans_b,
        float alpha, float beta),
       (ctx, c, c_f32, a, b, M, N, K, trans_a, trans_b, alpha, beta))
+/* C[M,N] = A[M,K] @ W[N,K]^T + R[M,N], all act, the sum rounded once: a
+ * linear layer whose output joins the residual stream R (the o and down
+ * projections of a decoder layer), where ops_matmul then ops_add would
+ * round the product first and pass over [M, N] twice more. C may be R, and
+ * then rounds as ops_matmul with beta = 1 does (see above). */
+DK_OP(matmul_residual, (ops_ctx *ctx, void *c, const void *a, const void *w, const void *r, int M, int N, int K),
+      (ctx, c, a, w, r, M, N, K))
 /* y[N,C] += bias[C] (act); backward: dbias[C] += sum over rows of dy. */
 DK_OP(bias_forward, (ops_ctx *ctx, void *y, const void *bias, int N, int C), (ctx, y, bias, N, C))
 DK_OP(bias_backward, (ops_ctx *ctx, float *dbias, const void *dy, int N, int C), (ctx, dbias, dy, N, C))
@@ -105,13 +116,16 @@ DK_OP(embedding_backward, (ops_ctx *ctx, float *dtable, const void *dout, const 
 /* ---- normalisation ----------------------------------------------------------- */
 
 /* RMSNorm over rows of length C: out = x * rstd * w, rstd[N] fp32 saved.
- * Also used per head for Qwen3's q/k norm (N = tokens * heads, C = head_dim). */
+ * Also used per head for Qwen3's q/k norm (N = tokens * heads, C = head_dim).
+ * The backward writes dx (accumulate 0; dx may then be dout) or adds the
+ * input gradient into it (accumulate 1, dx distinct from dout, the sum
+ * rounded once): a block's norm gradient joining the residual stream's. */
 DK_OP(rmsnorm_forward, (ops_ctx *ctx, void *out, float *rstd, const void *x, const void *w, int N, int C, float eps),
       (ctx, out, rstd, x, w, N, C, eps))
 DK_OP(rmsnorm_backward,
       (ops_ctx *ctx, void *dx, float *dw, const void *dout, const void *x, const void *w, const float *rstd, int N,
-       int C),
-      (ctx, dx, dw, dout, x, w, rstd, N, C))
+       int C, int accumulate),
+      (ctx, dx, dw, dout, x, w, rstd, N, C, accumulate))
 /* LayerNorm: out = (x - mean) * rstd * w + b; b may be NULL (then db may be
  * NULL too). No model here uses it yet; it is the hand-written kernel the
  * product offers for LayerNorm models, tested against the CPU backend and

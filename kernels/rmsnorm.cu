@@ -3,7 +3,8 @@
  * fp32, then scale), with rstd saved in fp32 for the backward. The same op
  * serves Qwen3's per-head q/k norm (N = tokens * heads, C = head_dim). The
  * kernels live in norm_common.cuh, shared with LayerNorm; the weight
- * gradient is accumulated (+=) into the fp32 dw deterministically. */
+ * gradient is accumulated (+=) into the fp32 dw deterministically, and the
+ * input gradient may be added into dx (the residual stream's gradient). */
 #include "kernels/norm_common.cuh"
 
 extern "C" void cuda_rmsnorm_forward(ops_ctx *ctx, void *out, float *rstd, const void *x, const void *w, int N,
@@ -12,6 +13,6 @@ extern "C" void cuda_rmsnorm_forward(ops_ctx *ctx, void *out, float *rstd, const
 }
 
 extern "C" void cuda_rmsnorm_backward(ops_ctx *ctx, void *dx, float *dw, const void *dout, const void *x,
-                                      const void *w, const float *rstd, int N, int C) {
-    norm_backward<false>(ctx, dx, dw, NULL, dout, x, w, NULL, rstd, N, C, "ops_rmsnorm_backward");
+                                      const void *w, const float *rstd, int N, int C, int accumulate) {
+    norm_backward<false>(ctx, dx, dw, NULL, dout, x, w, NULL, rstd, N, C, accumulate, "ops_rmsnorm_backward");
 }

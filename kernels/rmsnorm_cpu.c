@@ -31,8 +31,9 @@ void cpu_rmsnorm_forward(ops_ctx *ctx, void *out_, float *rstd, const void *x_, 
 #define NORM_BLOCK 256
 
 void cpu_rmsnorm_backward(ops_ctx *ctx, void *dx_, float *dw, const void *dout_, const void *x_, const void *w_,
-                          const float *rstd, int N, int C) {
+                          const float *rstd, int N, int C, int accumulate) {
     float *dx = dx_;
+    if (accumulate && dx_ == dout_) DK_ABORT("ops_rmsnorm_backward: accumulate needs dx distinct from dout");
     const float *dout = dout_, *x = x_, *w = w_;
     /* dw by column blocks: contiguous row reads, double accumulators on the
      * stack, no scratch. */
@@ -53,6 +54,9 @@ void cpu_rmsnorm_backward(ops_ctx *ctx, void *dx_, float *dw, const void *dout_,
         double r = rstd[n], s = 0.0;
         for (int c = 0; c < C; c++) s += (double)g[c] * w[c] * xr[c];
         double k = r * r * r * s / C;
-        for (int c = 0; c < C; c++) d[c] = (float)(r * w[c] * g[c] - k * xr[c]);
+        for (int c = 0; c < C; c++) {
+            const float v = (float)(r * w[c] * g[c] - k * xr[c]);
+            d[c] = accumulate ? d[c] + v : v;
+        }
     }
 }

@@ -210,7 +210,6 @@ dk_status model_create_ex(model *m, const model_config *cfg, ops_ctx *ctx, int m
     m->dentropy = dev_alloc(m, T * sizeof(float));
 
     m->d_res = dev_alloc(m, T * C * A);
-    m->d_tmp = dev_alloc(m, T * C * A);
     m->d_ln = dev_alloc(m, T * C * A);
     size_t mlp_phase = 3 * I, attn_phase = 3 * Q + 3 * KV;
     m->d_work = dev_alloc(m, T * (mlp_phase > attn_phase ? mlp_phase : attn_phase) * A);
@@ -243,7 +242,7 @@ void model_free(model *m) {
     free(m->att_kept);
     free(m->lse_kept);
     void *bufs[] = {m->final_h, m->final_rstd, m->logprob, m->entropy, m->lmhead_lse, m->lmhead_keep, m->dlogprob,
-                    m->dentropy, m->d_res, m->d_tmp, m->d_ln, m->d_work, m->d_tokens, m->d_pos,
+                    m->dentropy, m->d_res, m->d_ln, m->d_work, m->d_tokens, m->d_pos,
                     m->d_targets, m->d_cu_seqlens};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) dev_free(m, bufs[i]);
     free(m->h_stage);
@@ -416,18 +415,16 @@ static void layer_forward(model *m, int l, model_layer_acts *a, const void *x, v
     if (with_attention)
         ops_attention_forward(ctx, a->att, a->lse, a->q, a->k, a->v, m->d_cu_seqlens, m->n_seqs, T, Hq, Hkv, D,
                               model_attn_scale(m));
-    ops_matmul(ctx, a->x_mid, 0, a->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 0.0f);
+    /* The residual adds ride on the products (ops_matmul_residual, out of
+     * place: the sum rounded once). */
+    ops_matmul_residual(ctx, a->x_mid, a->att, W(P_WO), x, T, C, Q);
     if (c->o_bias) ops_bias_forward(ctx, a->x_mid, W(P_BO), T, C);
-    ops_add(ctx, a->x_mid, x, (size_t)T * C);
 
     /* MLP block: one matmul gives [gate | up] per row. */
     ops_rmsnorm_forward(ctx, a->ln2, a->rstd2, a->x_mid, W(P_MLP_NORM), T, C, eps);
     ops_matmul(ctx, a->gu, 0, a->ln2, W(P_W_GATE_UP), T, 2 * I, C, 0, 1, 1.0f, 0.0f);
     ops_swiglu_forward(ctx, a->h, a->gu, T, I);
-    if (out) {
-        ops_matmul(ctx, out, 0, a->h, W(P_W_DOWN), T, C, I, 0, 1, 1.0f, 0.0f);
-        ops_add(ctx, out, a->x_mid, (size_t)T * C);
-    }
+    if (out) ops_matmul_residual(ctx, out, a->h, W(P_W_DOWN), a->x_mid, T, C, I);
 #undef W
 }
 
@@ -492,8 +489,8 @@ static void layer_backward(model *m, int l, const model_layer_acts *a, const voi
     ops_swiglu_backward(ctx, dgu, dh, a->gu, T, I);
     ops_matmul(ctx, G(P_W_GATE_UP), 1, dgu, a->ln2, 2 * I, C, T, 1, 0, 1.0f, 1.0f);
     ops_matmul(ctx, m->d_ln, 0, dgu, W(P_W_GATE_UP), T, C, 2 * I, 0, 0, 1.0f, 0.0f);
-    ops_rmsnorm_backward(ctx, m->d_tmp, G(P_MLP_NORM), m->d_ln, a->x_mid, W(P_MLP_NORM), a->rstd2, T, C);
-    ops_add(ctx, m->d_res, m->d_tmp, (size_t)T * C); /* now dL/d x_mid */
+    /* The norm's input gradient joins the residual's: d_res is now dL/d x_mid. */
+    ops_rmsnorm_backward(ctx, m->d_res, G(P_MLP_NORM), m->d_ln, a->x_mid, W(P_MLP_NORM), a->rstd2, T, C, 1);
 
     /* Attention block: x_mid = x + o(attention(rope(norm(q)), rope(norm(k)), v)). */
     void *datt = work;
@@ -513,8 +510,8 @@ static void layer_backward(model *m, int l, const model_layer_acts *a, const voi
     ops_rope_backward(ctx, dq, m->d_pos, T, Hq, D, c->rope_theta);
     ops_rope_backward(ctx, dk, m->d_pos, T, Hkv, D, c->rope_theta);
     if (c->qk_norm) {
-        ops_rmsnorm_backward(ctx, dq_raw, G(P_Q_NORM), dq, a->q_raw, W(P_Q_NORM), a->q_rstd, T * Hq, D);
-        ops_rmsnorm_backward(ctx, dk_raw, G(P_K_NORM), dk, a->k_raw, W(P_K_NORM), a->k_rstd, T * Hkv, D);
+        ops_rmsnorm_backward(ctx, dq_raw, G(P_Q_NORM), dq, a->q_raw, W(P_Q_NORM), a->q_rstd, T * Hq, D, 0);
+        ops_rmsnorm_backward(ctx, dk_raw, G(P_K_NORM), dk, a->k_raw, W(P_K_NORM), a->k_rstd, T * Hkv, D, 0);
     }
     if (c->qkv_bias) {
         ops_bias_backward(ctx, G(P_BQ), dq_raw, T, Q);
@@ -527,8 +524,7 @@ static void layer_backward(model *m, int l, const model_layer_acts *a, const voi
     ops_matmul(ctx, m->d_ln, 0, dq_raw, W(P_WQ), T, C, Q, 0, 0, 1.0f, 0.0f);
     ops_matmul(ctx, m->d_ln, 0, dk_raw, W(P_WK), T, C, KV, 0, 0, 1.0f, 1.0f);
     ops_matmul(ctx, m->d_ln, 0, dv, W(P_WV), T, C, KV, 0, 0, 1.0f, 1.0f);
-    ops_rmsnorm_backward(ctx, m->d_tmp, G(P_ATTN_NORM), m->d_ln, x, W(P_ATTN_NORM), a->rstd1, T, C);
-    ops_add(ctx, m->d_res, m->d_tmp, (size_t)T * C); /* now dL/d x */
+    ops_rmsnorm_backward(ctx, m->d_res, G(P_ATTN_NORM), m->d_ln, x, W(P_ATTN_NORM), a->rstd1, T, C, 1); /* dL/d x */
 #undef W
 #undef G
 }
@@ -547,7 +543,7 @@ void model_backward(model *m, const float *dlogprob, const float *dentropy) {
                         m->keep_filled ? m->lmhead_keep : NULL);
     m->keep_filled = 0; /* the backward overwrote them with dz: a second backward recomputes */
     ops_rmsnorm_backward(ctx, m->d_res, m->grads.final_norm, m->d_ln, m->res[L], m->params.final_norm,
-                         m->final_rstd, T, C);
+                         m->final_rstd, T, C, 0);
 
     for (int l = L - 1; l >= 0; l--) {
         model_layer_acts tmp, *a = layer_acts(m, l, &tmp);

@@ -126,7 +126,6 @@ typedef struct model {
 
     /* Backward workspace (act). */
     void *d_res;          /* [T, C] dL/d residual stream */
-    void *d_tmp;          /* [T, C] */
     void *d_ln;           /* [T, C] */
     void *d_work;         /* MLP phase: dh [T, I], dgu [T, 2I]; attention phase:
                              datt, dq, dq_raw [T, Hq*D], dk, dk_raw, dv [T, Hkv*D] */

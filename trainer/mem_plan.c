@@ -45,7 +45,7 @@ size_t mem_plan_model_acts(const model_config *c, int max_tokens, model_recomput
     if (rc == MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION) b += L * (T * Q * A + T * (size_t)c->n_heads * F);
     b += T * C * A + 6 * T * F;           /* final_h; final_rstd, logprob, entropy, lmhead_lse, dlogprob, dentropy */
     const size_t mlp = 3 * I, attn = 3 * Q + 3 * KV;
-    b += 3 * T * C * A + T * (mlp > attn ? mlp : attn) * A;           /* d_res, d_tmp, d_ln, d_work */
+    b += 2 * T * C * A + T * (mlp > attn ? mlp : attn) * A;           /* d_res, d_ln, d_work */
     b += 3 * T * sizeof(int32_t) + (T + 1) * sizeof(int32_t);         /* tokens, pos, targets, cu_seqlens */
     return b;
 }

@@ -10,6 +10,8 @@
  *   64 rows, matmul_skinny.cu and on sm_90 matmul_skinny_wgmma.cu, under
  *   each pinned plan: 64, 96 (wgmma) or 128 columns a block, K unsplit or
  *   split over a cluster, whose sum repeats bit for bit);
+ * - ops_matmul_residual (C = A W^T + R) on each of its paths, out of place
+ *   and in place, against the CPU with R as large as the product;
  * - ops_bias_forward and ops_bias_backward (accumulating into dbias), with
  *   C a multiple of 8 (vector path) and not, over many rows; the backward
  *   twice on the same inputs gives the same bits.
@@ -300,12 +302,64 @@ static void check_tuning_errors(ctx_pair *p) {
     ops_free(g, t.c), ops_free(g, t.a), ops_free(g, t.b);
 }
 
+/* ops_matmul_residual, C = A W^T + R, against the CPU backend, out of
+ * place (R left as it was) and in place (C is R), on each of its paths:
+ * cuBLASLt reading R beside its output (M past the few-row kernels, large
+ * and small outputs), the fp32 detour of a long K (R staged in fp32), and
+ * the copy-then-in-place few-row kernels (8 rows: gemv, 40: skinny). R is
+ * of the product's order, so sums that cancel show whether the product was
+ * rounded before R was added. Out of place: the product tolerance above,
+ * relative to the sum (rounded once). In place cuBLASLt rounds the product
+ * to bf16 first (measured on an H100: 8 to 10 times the sum's tolerance
+ * where sums cancel, the same as ops_matmul with beta = 1 in place), so
+ * there the bound adds half a bf16 ulp of the product: 2^-8 |A W^T|. */
+static void check_residual(ctx_pair *p) {
+    ops_ctx *g = &p->gpu;
+    const int shapes[][3] = {{2100, 2048, 256}, {777, 6000, 320}, {100, 96, 72},
+                             {100, 96, 5000}, {8, 2048, 1024},    {40, 1024, 6144}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const size_t na = (size_t)M * K, nw = (size_t)N * K, nc = (size_t)M * N;
+        const float rs = sqrtf((float)K); /* R of the product's order */
+        float *a = rand_bf16(na, 1.0f, 0.0f), *w = rand_bf16(nw, 1.0f, 0.0f), *r = rand_bf16(nc, rs, 0.0f);
+        dev_buf da = dev_act(g, a, na, 0), dw = dev_act(g, w, nw, 0), dr = dev_act(g, r, nc, 0);
+        dev_buf dc = dev_act(g, r, nc, 0), dref = dev_act(g, r, nc, 0);
+        ops_zero(g, dc.p, nc * 2);
+        ops_matmul_residual(g, dc.p, da.p, dw.p, dr.p, M, N, K);
+        ops_matmul(g, dref.p, 0, da.p, dw.p, M, N, K, 0, 1, 1.0f, 1.0f);
+        float *want = copy_f32(r, nc);
+        ops_matmul_residual(&p->cpu, want, a, w, r, M, N, K);
+        float *got = get_act(g, dc.p, nc), *ref = get_act(g, dref.p, nc), *r_after = get_act(g, dr.p, nc);
+        const double scale = max_abs(want, nc) > 0 ? max_abs(want, nc) : 1.0;
+        const double tr = tol_ratio(got, want, nc, 1e-4 * scale, 1.0 / 256.0);
+        const double tm = tol_ratio(ref, want, nc, 1e-4 * scale, 1.0 / 256.0);
+        CHECK(tr <= 1.0, "matmul_residual M=%d N=%d K=%d: tolerance ratio %.3g", M, N, K, tr);
+        CHECK(memcmp(r_after, r, nc * sizeof(float)) == 0, "matmul_residual M=%d N=%d K=%d changed R", M, N, K);
+        ops_matmul_residual(g, dr.p, da.p, dw.p, dr.p, M, N, K); /* in place */
+        float *inplace = get_act(g, dr.p, nc);
+        const double ti = tol_ratio(inplace, want, nc, 1e-4 * scale, 1.0 / 256.0);
+        double tp = 0.0; /* in place against the bound with the product's own rounding */
+        for (size_t i = 0; i < nc; i++) {
+            const double bound = 1e-4 * scale + (fabs((double)want[i]) + fabs((double)want[i] - r[i])) / 256.0;
+            tp = fmax(tp, fabs((double)inplace[i] - want[i]) / bound);
+        }
+        CHECK(tp <= 1.0, "matmul_residual M=%d N=%d K=%d in place: %.3g of the bound with the product rounded", M, N,
+              K, tp);
+        printf("  matmul_residual M=%5d N=%5d K=%5d: tolerance ratio %.3f; in place %.3f (%.3f of the bound with "
+               "the product rounded; ops_matmul beta 1 in place %.3f)\n",
+               M, N, K, tr, ti, tp, tm);
+        dev_free(g, &da), dev_free(g, &dw), dev_free(g, &dr), dev_free(g, &dc), dev_free(g, &dref);
+        free(a), free(w), free(r), free(want), free(got), free(ref), free(r_after), free(inplace);
+    }
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a test stopped by a timeout keeps its progress lines */
     ctx_pair p;
     pair_init(&p, 0);
     rng_seed(5);
     check_matmul(&p);
+    check_residual(&p);
     check_bias(&p);
     check_tuning_errors(&p);
     pair_free(&p);

@@ -7,7 +7,8 @@
  * threads (16384), and the scalar path (C not a multiple of 8, C = 20000,
  * unaligned buffers).
  * Checks the contract of ops.h: dx overwritten, dw and db accumulated, dx
- * may be the dout buffer; db may be NULL; LayerNorm's b may be NULL. The
+ * may be the dout buffer, or (RMSNorm, accumulate 1) dx added into what the
+ * buffer held; db may be NULL; LayerNorm's b may be NULL. The
  * backward run twice gives the same bits (the weight gradients are reduced
  * in a fixed order, without atomics).
  *
@@ -23,6 +24,9 @@
 
 static double worst_out, worst_stat, worst_dx, worst_dw;
 
+/* inplace: 0 dx a buffer of its own, 1 dx over dout, 2 (RMSNorm) dx a
+ * buffer of its own holding old values, which the backward adds into
+ * (accumulate 1). */
 static void run_norm(ctx_pair *p, int ln, int N, int C, int shift, int with_b, float offset, int inplace) {
     ops_ctx *g = &p->gpu, *cpu = &p->cpu;
     const char *name = ln ? "layernorm" : "rmsnorm";
@@ -61,26 +65,29 @@ static void run_norm(ctx_pair *p, int ln, int N, int C, int shift, int with_b, f
     ops_upload(g, drstd.p, rstd, N * sizeof(float));
     ops_upload(g, dmean.p, mean, N * sizeof(float));
     dev_buf dgy = dev_act(g, gy, n, shift), ddw = dev_f32(g, dw0, C, 0), ddb = dev_f32(g, db0, C, 0);
-    dev_buf ddx = inplace ? dgy : dev_act(g, NULL, n, shift);
-    float *dx = rand_normal(n, 1e3f, 0.0f), *dw = copy_f32(dw0, C), *db = copy_f32(db0, C);
+    const int acc = inplace == 2;
+    float *old = acc ? rand_bf16(n, 1.0f, 0.0f) : NULL;
+    dev_buf ddx = inplace == 1 ? dgy : dev_act(g, old, n, shift);
+    float *dx = acc ? copy_f32(old, n) : rand_normal(n, 1e3f, 0.0f), *dw = copy_f32(dw0, C), *db = copy_f32(db0, C);
     float *g_dx[2], *g_dw[2], *g_db[2];
     for (int rep = 0; rep < 2; rep++) {
         if (rep) { /* restore the inputs the first run changed */
             ops_upload_act(g, dgy.p, gy, n);
             ops_upload(g, ddw.p, dw0, C * sizeof(float));
             ops_upload(g, ddb.p, db0, C * sizeof(float));
+            if (acc) ops_upload_act(g, ddx.p, old, n);
         }
         if (ln)
             ops_layernorm_backward(g, ddx.p, ddw.p, with_b ? ddb.p : NULL, dgy.p, dx_in.p, dw_in.p, dmean.p, drstd.p,
                                    N, C);
         else
-            ops_rmsnorm_backward(g, ddx.p, ddw.p, dgy.p, dx_in.p, dw_in.p, drstd.p, N, C);
+            ops_rmsnorm_backward(g, ddx.p, ddw.p, dgy.p, dx_in.p, dw_in.p, drstd.p, N, C, acc);
         g_dx[rep] = get_act(g, ddx.p, n);
         g_dw[rep] = get_f32(g, ddw.p, C);
         g_db[rep] = get_f32(g, ddb.p, C);
     }
     if (ln) ops_layernorm_backward(cpu, dx, dw, with_b ? db : NULL, gy, x, w, mean, rstd, N, C);
-    else ops_rmsnorm_backward(cpu, dx, dw, gy, x, w, rstd, N, C);
+    else ops_rmsnorm_backward(cpu, dx, dw, gy, x, w, rstd, N, C, acc);
 
     double edx = tol_ratio(g_dx[0], dx, n, 1e-4 * max_abs(dx, n), 1.0 / 256.0);
     /* Column scales of the weight-gradient sums. */
@@ -104,12 +111,12 @@ static void run_norm(ctx_pair *p, int ln, int N, int C, int shift, int with_b, f
           "%s backward N=%d C=%d: two runs differ", name, N, C);
     worst_dx = fmax(worst_dx, edx), worst_dw = fmax(worst_dw, fmax(edw, edb));
 
-    if (!inplace) dev_free(g, &ddx);
+    if (inplace != 1) dev_free(g, &ddx);
     dev_free(g, &dx_in), dev_free(g, &dw_in), dev_free(g, &db_in), dev_free(g, &dout), dev_free(g, &dmean);
     dev_free(g, &drstd), dev_free(g, &dgy), dev_free(g, &ddw), dev_free(g, &ddb);
     for (int rep = 0; rep < 2; rep++) free(g_dx[rep]), free(g_dw[rep]), free(g_db[rep]);
     free(x), free(w), free(b), free(out), free(mean), free(rstd), free(g_out), free(g_rstd);
-    free(gy), free(dw0), free(db0), free(dx), free(dw), free(db);
+    free(gy), free(dw0), free(db0), free(dx), free(dw), free(db), free(old);
 }
 
 int main(void) {
@@ -128,6 +135,7 @@ int main(void) {
             run_norm(&p, 1, N, C, shift, 0, -1.0f, 0);
         }
         run_norm(&p, 0, N, C, 0, 0, 0.0f, 1); /* dx written over dout */
+        run_norm(&p, 0, N, C, shapes[s][0] % 2, 0, 0.0f, 2); /* dx added into the residual's gradient */
         run_norm(&p, 1, N, C, 0, 1, 0.5f, 1);
     }
     printf("norms over %d shapes: worst tolerance ratios out %.3g, rstd/mean %.3g, dx %.3g, dw/db %.3g "

@@ -3,7 +3,9 @@
  * of tests/fixtures/ops/matmul.txt (made by PyTorch) and against a plain
  * double loop on larger random shapes. Also the corners the model relies on:
  * beta = 0 never reads C (a NaN-filled output buffer comes out clean), K = 0
- * gives beta * C, and c_f32 changes nothing on this backend.
+ * gives beta * C, and c_f32 changes nothing on this backend. Then
+ * ops_matmul_residual (C = A W^T + R) by hand and against the double loop,
+ * out of place and in place.
  *
  * Tolerance: fp32 sgemm with K <= 100 has a worst-case error of about
  * K * 2^-24 * sum|a||b|; relative to the largest output that stays well below
@@ -104,6 +106,33 @@ int main(void) {
         ops_matmul(&ctx, y, 0, x, W, 2, 2, 3, 0, 1, 1.0f, 0.0f);
         CHECK(y[0] == -2 && y[1] == 5.5f && y[2] == -3 && y[3] == -1, "linear layer: got %g %g %g %g", y[0], y[1],
               y[2], y[3]);
+    }
+
+    /* The residual form: C = A W^T + R, out of place (R unchanged) and in
+     * place (C is R), against the double loop. A hand-computed case first:
+     * x as above, R = [[10, 20], [30, 40]]. */
+    {
+        const float x[2 * 3] = {1, 2, 3, -1, 0, 2}, W[2 * 3] = {1, 0, -1, 2, 1, 0.5f};
+        const float R[4] = {10, 20, 30, 40};
+        float y[4] = {0};
+        ops_matmul_residual(&ctx, y, x, W, R, 2, 2, 3);
+        CHECK(y[0] == 8 && y[1] == 25.5f && y[2] == 27 && y[3] == 39 && R[0] == 10,
+              "matmul_residual: got %g %g %g %g", y[0], y[1], y[2], y[3]);
+        for (int s = 0; s < 2; s++) {
+            const int M = 37, N = 29, K = 65;
+            float *a = rand_normal((size_t)M * K, 1.0f, 0.0f), *w = rand_normal((size_t)N * K, 1.0f, 0.0f);
+            float *r = rand_normal((size_t)M * N, 1.0f, 0.0f), *r0 = dk_malloc((size_t)M * N * sizeof(float));
+            float *c = s ? r : rand_normal((size_t)M * N, 1.0f, 0.0f), *want = dk_malloc((size_t)M * N * sizeof(float));
+            memcpy(r0, r, (size_t)M * N * sizeof(float));
+            memcpy(want, r, (size_t)M * N * sizeof(float));
+            matmul_ref(want, a, w, M, N, K, 0, 1, 1.0f, 1.0f);
+            ops_matmul_residual(&ctx, c, a, w, r, M, N, K);
+            double e = rel_err(c, want, (size_t)M * N);
+            CHECK(e < TOL, "matmul_residual %s: rel err %.3g", s ? "in place" : "out of place", e);
+            if (!s) CHECK(memcmp(r, r0, (size_t)M * N * sizeof(float)) == 0, "matmul_residual changed R");
+            free(a), free(w), free(r), free(r0), free(want);
+            if (!s) free(c);
+        }
     }
 
     ops_ctx_free(&ctx);

@@ -46,7 +46,7 @@ static double fd_norm(ops_ctx *ctx, int layer, int N, int C, float offset, int w
     float *dw = dk_calloc(C, sizeof(float)), *db = dk_calloc(C, sizeof(float));
     norm_loss(&c);
     if (layer) ops_layernorm_backward(ctx, dx, dw, with_bias ? db : NULL, c.r, c.x, c.w, c.s1, c.s2, N, C);
-    else ops_rmsnorm_backward(ctx, dx, dw, c.r, c.x, c.w, c.s1, N, C);
+    else ops_rmsnorm_backward(ctx, dx, dw, c.r, c.x, c.w, c.s1, N, C, 0);
     double ex = fd_check(c.x, n, dx, norm_loss, &c, FD_STEP);
     double ew = fd_check(c.w, C, dw, norm_loss, &c, FD_STEP);
     double eb = with_bias ? fd_check(c.b, C, db, norm_loss, &c, FD_STEP) : 0.0;
@@ -74,7 +74,7 @@ static void fixture_rmsnorm(ops_ctx *ctx) {
         float *dx = rand_normal(n, 1e3f, 0.0f), *dw = dk_malloc(C * sizeof(float));
         for (int i = 0; i < C; i++) dw[i] = 0.25f * i; /* must be accumulated into */
         ops_rmsnorm_forward(ctx, out, rstd, x, w, N, C, eps);
-        ops_rmsnorm_backward(ctx, dx, dw, dout, x, w, rstd, N, C);
+        ops_rmsnorm_backward(ctx, dx, dw, dout, x, w, rstd, N, C, 0);
         for (int i = 0; i < C; i++) dw[i] -= 0.25f * i;
         double eo = rel_err(out, fx_get(&fx, KEY("out"), n), n);
         double er = rel_err(rstd, fx_get(&fx, KEY("rstd"), N), N);
@@ -125,7 +125,8 @@ static void fixture_layernorm(ops_ctx *ctx) {
 }
 
 /* Two backward calls accumulate exactly twice the parameter gradient and
- * leave the same dx (overwritten, not summed). */
+ * leave the same dx (overwritten, not summed); with accumulate 1 the RMSNorm
+ * backward adds its dx into the buffer's old contents instead. */
 static void accumulate_contract(ops_ctx *ctx) {
     int N = 3, C = 10;
     size_t n = (size_t)N * C;
@@ -134,9 +135,9 @@ static void accumulate_contract(ops_ctx *ctx) {
     float *dx1 = dk_malloc(n * 4), *dx2 = dk_malloc(n * 4);
     float *dw = dk_calloc(C, 4), *dw1 = dk_malloc(C * 4), *db = dk_calloc(C, 4), *db1 = dk_malloc(C * 4);
     ops_rmsnorm_forward(ctx, out, rstd, x, w, N, C, 1e-6f);
-    ops_rmsnorm_backward(ctx, dx1, dw, g, x, w, rstd, N, C);
+    ops_rmsnorm_backward(ctx, dx1, dw, g, x, w, rstd, N, C, 0);
     memcpy(dw1, dw, C * 4);
-    ops_rmsnorm_backward(ctx, dx2, dw, g, x, w, rstd, N, C);
+    ops_rmsnorm_backward(ctx, dx2, dw, g, x, w, rstd, N, C, 0);
     int ok = 1;
     for (int i = 0; i < C; i++) ok &= dw[i] == 2.0f * dw1[i];
     CHECK(ok && max_abs_diff(dx1, dx2, n) == 0.0, "rmsnorm: dw must accumulate, dx be overwritten");
@@ -158,10 +159,24 @@ static void accumulate_contract(ops_ctx *ctx) {
     for (int i = 0; i < C; i++) ok &= dw[i] == dw1[i] + dw1[i] / 2.0f;
     CHECK(ok, "layernorm: in-place backward (dx == dout) differs");
     ops_rmsnorm_forward(ctx, out, rstd, x, w, N, C, 1e-6f);
-    ops_rmsnorm_backward(ctx, dx1, dw, g, x, w, rstd, N, C);
+    ops_rmsnorm_backward(ctx, dx1, dw, g, x, w, rstd, N, C, 0);
     memcpy(dx2, g, n * 4);
-    ops_rmsnorm_backward(ctx, dx2, dw, dx2, x, w, rstd, N, C);
+    ops_rmsnorm_backward(ctx, dx2, dw, dx2, x, w, rstd, N, C, 0);
     CHECK(max_abs_diff(dx1, dx2, n) == 0.0, "rmsnorm: in-place backward (dx == dout) differs");
+
+    /* accumulate 1: dx gets old + the gradient the overwriting call wrote
+     * (fp32 here, so exactly their sum), dw accumulates as before. */
+    float *old = rand_normal(n, 1.0f, 0.0f);
+    memcpy(dx2, old, n * 4);
+    memcpy(dw1, dw, C * 4);
+    ops_rmsnorm_backward(ctx, dx2, dw, g, x, w, rstd, N, C, 1);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= dx2[i] == old[i] + dx1[i];
+    float *dw0 = dk_calloc(C, 4);
+    ops_rmsnorm_backward(ctx, dx1, dw0, g, x, w, rstd, N, C, 0);
+    for (int i = 0; i < C; i++) ok &= dw[i] == dw1[i] + dw0[i];
+    CHECK(ok, "rmsnorm: accumulate must add the input gradient into dx and dw as without it");
+    free(old), free(dw0);
     free(x), free(w), free(g), free(out), free(mean), free(rstd), free(dx1), free(dx2), free(dw), free(dw1),
         free(db), free(db1);
 }

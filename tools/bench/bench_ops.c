@@ -160,7 +160,7 @@ static void run_rms_fwd(void *p) {
 }
 static void run_rms_bwd(void *p) {
     norm_args *a = p;
-    ops_rmsnorm_backward(&ctx, a->dx, a->dw, a->dout, a->x, a->w, a->rstd, a->N, a->C);
+    ops_rmsnorm_backward(&ctx, a->dx, a->dw, a->dout, a->x, a->w, a->rstd, a->N, a->C, 0);
 }
 static void run_ln_fwd(void *p) {
     norm_args *a = p;
