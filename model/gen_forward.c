@@ -59,6 +59,28 @@ int gen_forward_qkv_rows(const model_config *c, int T, int32_t *rows) {
     return n;
 }
 
+/* x += a W^T (a [T, K], W [C, K]), the sum rounded once. Up to
+ * GEN_RESIDUAL_IN_PLACE_ROWS rows the backend's few-row kernels do that in
+ * place; past them its in-place product would round a W^T first
+ * (kernels/ops_list.h), so the sum is written beside x into f->ln, which
+ * is dead at both calls (the norm output the products before have read),
+ * and the two buffers trade places. A layer's o and down products trade
+ * under the same condition, so x is back in its own buffer at the end of
+ * every layer, and a captured graph replays the pointers it recorded. */
+#define GEN_RESIDUAL_IN_PLACE_ROWS 64
+static void residual_product(gen_forward *f, const void *a, const void *w, int T, int K) {
+    ops_ctx *ctx = f->m->ctx;
+    const int C = f->m->cfg.hidden_size;
+    if (T <= GEN_RESIDUAL_IN_PLACE_ROWS) {
+        ops_matmul(ctx, f->x, 0, a, w, T, C, K, 0, 1, 1.0f, 1.0f);
+        return;
+    }
+    ops_matmul_residual(ctx, f->ln, a, w, f->x, T, C, K);
+    void *t = f->x;
+    f->x = f->ln;
+    f->ln = t;
+}
+
 /* The attention block of layer l: x += o(attention(...)). */
 static void attention_block(gen_forward *f, const gen_step *st, int l) {
     model *m = f->m;
@@ -81,7 +103,7 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
                          c->qk_norm ? W(P_K_NORM) : NULL, st->pos, st->slots, T, Hq, Hkv, D, eps, c->rope_theta);
         ops_paged_attention(ctx, f->att, f->qk, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages,
                             st->ctx_lens, st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale, &st->groups);
-        ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
+        residual_product(f, f->att, W(P_WO), T, Q);
         if (c->o_bias) ops_bias_forward(ctx, f->x, W(P_BO), T, C);
         return;
     }
@@ -126,7 +148,7 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
     else
         ops_paged_attention(ctx, f->att, qa, f->kv->k[l], f->kv->v[l], st->block_table, st->max_pages, st->ctx_lens,
                             st->cu_q, st->n_seqs, T, Hq, Hkv, D, f->kv->page_size, scale, &st->groups);
-    ops_matmul(ctx, f->x, 0, f->att, W(P_WO), T, C, Q, 0, 1, 1.0f, 1.0f);
+    residual_product(f, f->att, W(P_WO), T, Q);
     if (c->o_bias) ops_bias_forward(ctx, f->x, W(P_BO), T, C);
 #undef W
 }
@@ -140,7 +162,7 @@ static void mlp_block(gen_forward *f, const gen_step *st, int l) {
     /* The norm and the SwiGLU ride on the gate|up product (one kernel where
      * the backend can; f->ln and f->gu hold the intermediates otherwise). */
     ops_rmsnorm_matmul_swiglu(ctx, f->h, f->gu, f->ln, f->x, W(P_MLP_NORM), W(P_W_GATE_UP), T, I, C, c->rms_eps);
-    ops_matmul(ctx, f->x, 0, f->h, W(P_W_DOWN), T, C, I, 0, 1, 1.0f, 1.0f);
+    residual_product(f, f->h, W(P_W_DOWN), T, I);
 #undef W
 }
 

@@ -554,8 +554,12 @@ static void test_sample(void) {
     compare_sample("top-k", 2048, 1000, 0.8f, 40, 1.0f);
     compare_sample("top-p", 2048, 1000, 1.2f, 0, 0.9f);
     compare_sample("both", 512, 151936, 1.0f, 100, 0.95f);
-    /* A vocabulary over 4096 without truncation takes the sliced path. */
+    /* A vocabulary over 4096 without truncation takes the sliced path,
+     * launched programmatically at up to 8 rows (the decode of a small
+     * batch) and the ordinary way past them. */
     compare_sample("full", 256, 151936, 1.0f, 0, 1.0f);
+    compare_sample("full", 5, 151936, 0.7f, 0, 1.0f);
+    compare_sample("greedy", 3, 151936, 0.0f, 0, 1.0f);
     compare_sample("full", 64, 5000, 0.6f, 0, 1.0f);
     compare_sample("mixed", 128, 151936, 0.9f, -50, 1.0f);
     compare_sample("top-p", 256, 151936, 0.7f, 0, 0.8f);
