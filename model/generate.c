@@ -554,11 +554,15 @@ static step_run step_launch(gen_engine *e, step_entry *en, int n, int sample, co
      * order of the step whose rows they read. */
     if (e->cfg.group_reads > 0 && sample && !tokens_dev && n >= 2) gather_groups(e, en, n);
     /* A decode step (one sampled token per sequence) may replay a graph; its
-     * block table is widened to a bucket so the shape holds for a while. */
+     * block table is widened to a bucket so the shape holds for a while.
+     * Widened with graphs off too: the decode kernel plans its splits of
+     * the context from the table's width (max_pages * page_size), so a
+     * step launched directly gets the arguments, and the bits, of the
+     * same step replayed from a graph. */
     const int decode = sample && rows == T && T == n && !fresh;
     const int graph = e->cfg.cuda_graphs && decode;
     const int grouping = e->cfg.group_reads > 0 && decode && n >= 2;
-    if (graph) {
+    if (decode) {
         maxp = (maxp + GEN_GRAPH_PAGE_BUCKET - 1) / GEN_GRAPH_PAGE_BUCKET * GEN_GRAPH_PAGE_BUCKET;
         if (maxp > e->max_pages_seq) maxp = e->max_pages_seq;
     }
