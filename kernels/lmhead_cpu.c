@@ -61,6 +61,15 @@ static void lmhead_chunk_logits(float *Z, const float *h, const float *W, int T,
                 n);
 }
 
+/* Rows r of a chunk's logits (Z, row stride n) to or from the kept [T, V]
+ * logits (row stride V, columns c0 ..): to_keep 1 stores, 0 loads. */
+static void keep_copy(float *keep, float *Z, int rows, int V, int c0, int n, int to_keep) {
+    for (int r = 0; r < rows; r++) {
+        float *k = keep + (size_t)r * V + c0, *z = Z + (size_t)r * n;
+        memcpy(to_keep ? k : z, to_keep ? z : k, (size_t)n * sizeof(float));
+    }
+}
+
 void cpu_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy, float *lse, const void *h, const void *W,
                         const int32_t *target, int T, int C, int V, float inv_temp, int chunk, float *keep) {
     lmhead_check(ctx, target, T, C, V, chunk, "lmhead_forward");
@@ -72,9 +81,7 @@ void cpu_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy, float *lse
         for (int c0 = 0; c0 < V; c0 += chunk) {
             int n = c0 + chunk < V ? chunk : V - c0;
             lmhead_chunk_logits(Z, hb, W, B, C, c0, n, inv_temp);
-            if (keep)
-                for (int r = 0; r < B; r++)
-                    memcpy(keep + (size_t)(t0 + r) * V + c0, Z + (size_t)r * n, (size_t)n * sizeof(float));
+            if (keep) keep_copy(keep + (size_t)t0 * V, Z, B, V, c0, n, 1);
             for (int r = 0; r < B; r++) {
                 const float *z = Z + (size_t)r * n;
                 /* Statistics of this chunk alone. */
@@ -119,11 +126,8 @@ void cpu_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
     float *Z = ctx->scratch;
     for (int c0 = 0; c0 < V; c0 += chunk) {
         int n = c0 + chunk < V ? chunk : V - c0;
-        if (keep)
-            for (int t = 0; t < T; t++)
-                memcpy(Z + (size_t)t * n, keep + (size_t)t * V + c0, (size_t)n * sizeof(float));
-        else
-            lmhead_chunk_logits(Z, h, W, T, C, c0, n, inv_temp);
+        if (keep) keep_copy(keep, Z, T, V, c0, n, 0);
+        else lmhead_chunk_logits(Z, h, W, T, C, c0, n, inv_temp);
         /* Turn the logits into dL/d(h W^T) in place. */
         for (int t = 0; t < T; t++) {
             float *z = Z + (size_t)t * n;
@@ -142,9 +146,7 @@ void cpu_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogpro
             }
             if (tg >= c0 && tg < c0 + n) z[tg - c0] += glp * inv_temp;
         }
-        if (keep) /* spent, as on the GPU, whose backward turns keep into dz in place */
-            for (int t = 0; t < T; t++)
-                memcpy(keep + (size_t)t * V + c0, Z + (size_t)t * n, (size_t)n * sizeof(float));
+        if (keep) keep_copy(keep, Z, T, V, c0, n, 1); /* spent, as on the GPU, whose backward leaves dz there */
         const float *Wc = (const float *)W + (size_t)c0 * C;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, C, n, 1.0f, Z, n, Wc, C, c0 == 0 ? 0.0f : 1.0f,
                     dh, C);

@@ -36,9 +36,6 @@ typedef struct {
 #define MM_CACHE 512     /* power of two */
 #define MM_CANDIDATES 8 /* heuristic results to choose from */
 #define MM_SMALL_OUT ((size_t)4 << 20) /* outputs up to 4M elements may take the fp32 detour */
-/* The most rows the in-place paths (matmul_gemv.cu: 8, the skinny kernels:
- * 64) ever take. */
-#define MM_IN_PLACE_ROWS 64
 
 static mm_plan mm_cache[MM_CACHE];
 static pthread_mutex_t mm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -164,7 +161,7 @@ static void matmul_into(ops_ctx *ctx, void *c, const void *c_in, int c_f32, cons
     if (M < 0 || N < 0 || K < 0) DK_ABORT("ops_matmul: negative size M=%d N=%d K=%d", M, N, K);
     if (M == 0 || N == 0) return;
     cudaStream_t st = ctx_stream(ctx);
-    if (c_in != c && beta != 0.0f && (K == 0 || M <= MM_IN_PLACE_ROWS)) {
+    if (c_in != c && beta != 0.0f && (K == 0 || M <= OPS_MATMUL_FEW_ROWS)) {
         CUDA_CHECK(cudaMemcpyAsync(c, c_in, (size_t)M * N * (c_f32 ? sizeof(float) : sizeof(bf16)),
                                    cudaMemcpyDeviceToDevice, st));
         c_in = c;

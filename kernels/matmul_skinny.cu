@@ -33,6 +33,7 @@
 namespace cg = cooperative_groups;
 
 #define SK_MAX_M 64
+static_assert(SK_MAX_M <= OPS_MATMUL_FEW_ROWS, "matmul.cu copies R in only up to OPS_MATMUL_FEW_ROWS");
 #define SK_MIN_M 9
 #define SK_KT 64 /* K per stage */
 #define SK_STAGES 4

@@ -57,6 +57,7 @@
 namespace cg = cooperative_groups;
 
 #define SW_M 64             /* rows of A: one wgmma M */
+static_assert(SW_M <= OPS_MATMUL_FEW_ROWS, "matmul.cu copies R in only up to OPS_MATMUL_FEW_ROWS");
 #define SW_KT 64            /* K per stage: one 128-byte swizzle row of bf16 */
 #define SW_MAX_STAGES 8     /* stages in flight, at most */
 #define SW_RING_BYTES 215040 /* 210 KB of ring (of 227 a block may have): one block per SM */

@@ -29,6 +29,12 @@
 
 typedef enum { DK_DEVICE_CPU = 0, DK_DEVICE_CUDA = 1 } dk_device;
 
+/* The most rows ops_matmul's few-row kernels take on CUDA (matmul_gemv.cu,
+ * matmul_skinny*.cu): they add beta * C to the fp32 product and round once,
+ * in place. Past them cuBLASLt in place rounds the product first
+ * (ops_matmul_residual, ops_list.h). */
+#define OPS_MATMUL_FEW_ROWS 64
+
 /* ops_paged_attention's kernels on CUDA (paged_attention.cu): the warp
  * kernel for few query rows per sequence (paged_decode.cuh), the
  * tensor-core kernel, and the plain one for other head dims. */

@@ -60,18 +60,17 @@ int gen_forward_qkv_rows(const model_config *c, int T, int32_t *rows) {
 }
 
 /* x += a W^T (a [T, K], W [C, K]), the sum rounded once. Up to
- * GEN_RESIDUAL_IN_PLACE_ROWS rows the backend's few-row kernels do that in
+ * OPS_MATMUL_FEW_ROWS rows the backend's few-row kernels do that in
  * place; past them its in-place product would round a W^T first
  * (kernels/ops_list.h), so the sum is written beside x into f->ln, which
  * is dead at both calls (the norm output the products before have read),
  * and the two buffers trade places. A layer's o and down products trade
  * under the same condition, so x is back in its own buffer at the end of
  * every layer, and a captured graph replays the pointers it recorded. */
-#define GEN_RESIDUAL_IN_PLACE_ROWS 64
 static void residual_product(gen_forward *f, const void *a, const void *w, int T, int K) {
     ops_ctx *ctx = f->m->ctx;
     const int C = f->m->cfg.hidden_size;
-    if (T <= GEN_RESIDUAL_IN_PLACE_ROWS) {
+    if (T <= OPS_MATMUL_FEW_ROWS) {
         ops_matmul(ctx, f->x, 0, a, w, T, C, K, 0, 1, 1.0f, 1.0f);
         return;
     }

@@ -42,6 +42,14 @@ static dk_status check_fits(const dk_config *cfg, const model_config *mc, size_t
 
 static dk_status sharded_weights(run_setup *r, const dk_config *cfg);
 
+/* The model for r->max_tokens in the plan's recompute mode, keeping the lm
+ * head's logits where the plan has room for them. */
+static dk_status setup_model_create(run_setup *r, const model_config *mc, int own_params) {
+    DK_TRY(model_create_ex(&r->model, mc, &r->ctx, r->max_tokens, r->recompute, own_params));
+    if (r->keep_logits) model_keep_logits(&r->model);
+    return DK_OK;
+}
+
 dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, size_t extra_scratch) {
     memset(r, 0, sizeof *r);
     model_config mc;
@@ -61,8 +69,7 @@ dk_status run_setup_init(run_setup *r, const dk_config *cfg, int max_tokens, siz
     DK_TRY(mem_plan_run_start(cfg, &mc, r->ctx.gpu, r->sharded ? world : 1, r->sharded, max_tokens, &r->recompute,
                               &r->keep_logits));
     r->max_tokens = max_tokens;
-    DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, max_tokens, r->recompute, !r->sharded));
-    if (r->keep_logits) model_keep_logits(&r->model);
+    DK_TRY(setup_model_create(r, &mc, !r->sharded));
     r->model_ready = 1;
     r->training = 1;
     if (r->sharded) {
@@ -167,8 +174,7 @@ void run_setup_train_release(run_setup *r) {
 dk_status run_setup_train_restore(run_setup *r) {
     if (!r->sharded || r->training) return DK_OK;
     model_config mc = r->model.cfg;
-    DK_TRY(model_create_ex(&r->model, &mc, &r->ctx, r->max_tokens, r->recompute, 0));
-    if (r->keep_logits) model_keep_logits(&r->model);
+    DK_TRY(setup_model_create(r, &mc, 0));
     zero_working_restore(&r->zero);
     r->training = 1;
     return DK_OK;
