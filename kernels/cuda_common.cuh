@@ -272,14 +272,19 @@ __global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
     if (threadIdx.y == 0 && c < C) out[c] += sh[0][threadIdx.x];
 }
 
-/* Whether a decode-step launch over `rows` token rows uses it: only
- * few-row steps gain, and ctx->tuning.no_pdl turns it off (a benchmark
- * measures it so). On an H200 (bench_generate, Qwen3-1.7B shape) it took
- * batch 1 at a 1k context from 1.99 to 1.88 ms a token, while batch 64
- * lost 3% (3.41 -> 3.51 ms a step). */
-#define CUDA_PDL_MAX_ROWS 8
+/* Whether a decode-step launch over `rows` token rows uses it: up to the
+ * 64 rows of the skinny products (OPS_MATMUL_FEW_ROWS), which always do,
+ * and ctx->tuning.no_pdl turns it off (a benchmark measures it so). On an
+ * H100 (bench_generate --ops 1.7b 64 640, Qwen3-1.7B shape, batch 64)
+ * taking every kernel of the step up to 64 rows rather than 8 gave 3.999
+ * against 4.177 ms a step (67.2% against 64.3% of the memory roofline);
+ * the RMSNorm alone 4.123. (An H200 had measured the opposite, 3.41 ->
+ * 3.51 ms, before the products moved to the wgmma kernel.) A benchmark
+ * may pin the limit (ctx->tuning.pdl_rows). */
+#define CUDA_PDL_MAX_ROWS OPS_MATMUL_FEW_ROWS
 static inline int cuda_pdl_rows(const ops_ctx *ctx, long rows) {
-    return rows <= CUDA_PDL_MAX_ROWS && !ctx->tuning.no_pdl;
+    const int limit = ctx->tuning.pdl_rows > 0 ? ctx->tuning.pdl_rows : CUDA_PDL_MAX_ROWS;
+    return rows <= limit && !ctx->tuning.no_pdl;
 }
 
 /* cluster_y > 1: the grid's blocks form clusters of cluster_y along y

@@ -22,6 +22,10 @@
  * scratch, and colsum_partials_acc adds the blocks' rows in a fixed order
  * into dw (+=). The grid is fixed by N, C and the multiprocessor count.
  *
+ * A decode step's few rows (cuda_pdl_rows) start the fast forward as
+ * a programmatic dependent launch (cuda_common.cuh): the launch overlaps
+ * the product before, and the product after streams its weights early.
+ *
  * Other shapes take a scalar path: one warp per row, statistics by strided
  * passes over the row, weight gradients by a separate column reduction that
  * runs before dx is written (so dx may alias dout, as on the CPU). */
@@ -65,6 +69,8 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
             dst[j] = (r < N && v < NV) ? ld_stream(x + (size_t)r * C + 8 * v) : make_uint4(0, 0, 0, 0);
         }
     };
+    pdl_wait(); /* under a programmatic dependent launch (few decode rows): x is the kernel before's output */
+    pdl_launch_dependents();
     load_row(xv, blockIdx.x * tpb + team);
     for (int base = blockIdx.x * tpb; base < N; base += step) {
         const int row = base + team;
@@ -386,12 +392,15 @@ static inline int norm_plan(int C, int *vpl, int max_vpl = 4) {
     return tpr;
 }
 
+/* A programmatic dependent launch for the few rows of a decode step
+ * (cuda_common.cuh, cuda_pdl_rows). */
 template <int VPL, bool LN>
 static void norm_fwd_vec_launch(const ops_ctx *ctx, size_t work, int block, cudaStream_t st, bf16 *o, float *mean,
                                 float *rstd, const bf16 *xb, const bf16 *wb, const bf16 *bb, int N, int C, float eps,
                                 int tpr) {
     unsigned grid = grid_resident(ctx, norm_fwd_vec<VPL, LN>, block, 0, work);
-    norm_fwd_vec<VPL, LN><<<grid, block, 0, st>>>(o, mean, rstd, xb, wb, bb, N, C, eps, tpr);
+    cuda_launch_pdl(st, cuda_pdl_rows(ctx, N), norm_fwd_vec<VPL, LN>, dim3(grid), dim3(block), 0,
+                    o, mean, rstd, xb, wb, bb, N, C, eps, tpr);
 }
 
 template <bool LN>

@@ -111,6 +111,11 @@ typedef struct ops_tuning {
     /* Non-zero: the decode-step kernels start as ordinary launches rather
      * than programmatic dependent ones (cuda_common.cuh). */
     int no_pdl;
+    /* The most token rows at which a decode-step kernel other than the
+     * skinny products (always) starts as a programmatic dependent launch:
+     * 0 the default (cuda_common.cuh: OPS_MATMUL_FEW_ROWS), n >= 1 n. No
+     * effect under no_pdl. */
+    int pdl_rows;
 } ops_tuning;
 
 typedef struct ops_ctx {

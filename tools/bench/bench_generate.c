@@ -54,7 +54,8 @@
  * Usage: bench_generate [--hf-tps X] [--hf-static-tps X] [--bw BYTES_PER_S] [--quick] [--no-graphs] [--no-pdl]
  *        [--skinny-use -1|0|1|2] [--swiglu-fuse 0|-1] [--chain] [--ops 1.7b|8b|14b BATCH CONTEXT]
  * (--chain: section 5 alone; --ops: one decode step of that model shape at
- * that batch and context, alone: its time, the per-op table of section 3
+ * that batch and context, alone: its time (above 8 rows also with other
+ * product kernels, and with ops_tuning.pdl_rows 8), the per-op table of section 3
  * and the left-out chain of section 5, for the recipe's shapes; with
  * --table-only the op table alone, a short run for a profiler) */
 #include <math.h>
@@ -700,6 +701,19 @@ int main(int argc, char **argv) {
                    ops_batch, ops_ctx_len, use_names[u], ser, pip, roof, bw / 1e12, 100.0 * roof / pip);
         }
         ctx.tuning.skinny_use = skinny_use, ctx.tuning.swiglu_fuse = swiglu_fuse;
+        /* Then with the kernels other than the skinny products starting
+         * as programmatic dependent launches only up to 8 rows (ops_tuning.
+         * pdl_rows; the default is 64). */
+        static const int pdl_rows[1] = {8};
+        for (int i = 0; i < (table_only || !pdl ? 0 : ops_batch > 8 ? 1 : 0); i++) {
+            double enq, ser, pip;
+            ctx.tuning.pdl_rows = pdl_rows[i];
+            launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &ser, &pip);
+            printf("\n[one decode step, batch %d, context %d, programmatic dependent launch up to %d rows] waited on "
+                   "%.3f ms, back to back %.3f ms/step; roofline %.3f ms (weights + K/V at %.2f TB/s): %.1f%% of it\n",
+                   ops_batch, ops_ctx_len, pdl_rows[i], ser, pip, roof, bw / 1e12, 100.0 * roof / pip);
+        }
+        ctx.tuning.pdl_rows = 0;
         printf("\n[per-op times, batch %d, context %d]\n", ops_batch, ops_ctx_len);
         op_table(&bm.m, ops_batch, ops_ctx_len, serial);
         if (!table_only) {
