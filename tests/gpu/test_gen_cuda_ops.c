@@ -452,18 +452,35 @@ static void compare_sample(const char *what, int n, int V, float T, int top_k, f
     ops_sample(&gpu, d_t, d_l, d_z, d_p, n, V);
     ops_download(&gpu, tg, d_t, (size_t)n * 4);
     ops_download(&gpu, lg, d_l, (size_t)n * 4);
+    /* The last row again, alone (its logits afresh: the op may use them as
+     * scratch): a row's token and logprob bits must not depend on the rows
+     * sampled beside it. */
+    int32_t t1;
+    float l1;
+    float *d_z1 = gpu_copy(z + (size_t)(n - 1) * V, (size_t)V * 4);
+    ops_sample(&gpu, d_t, d_l, d_z1, d_p + (n - 1), 1, V);
+    ops_download(&gpu, &t1, d_t, 4);
+    ops_download(&gpu, &l1, d_l, 4);
+    ops_free(&gpu, d_z1);
     int same = 0;
     double lp = 0.0;
+    uint32_t bits = 2166136261u; /* FNV-1a of the GPU's tokens and logprobs, to compare builds */
     for (int r = 0; r < n; r++) {
         same += tc[r] == tg[r];
         if (tc[r] == tg[r]) lp = fmax(lp, fabs((double)lc[r] - lg[r]));
+        uint32_t w[2];
+        memcpy(&w[0], &tg[r], 4), memcpy(&w[1], &lg[r], 4);
+        for (int k = 0; k < 8; k++) bits = (bits ^ ((w[k / 4] >> (8 * (k % 4))) & 255u)) * 16777619u;
     }
-    printf("  sample %-8s n %5d V %6d T %.1f top_k %4d top_p %.2f: same token %d/%d, logprob max|diff| %.1e "
-           "(cpu %.0f ms)\n",
-           what, n, V, (double)T, top_k, (double)top_p, same, n, lp, cpu_s * 1e3);
+    printf("  sample %-8s n %5d V %6d T %.1f top_k %4d top_p %.2f: same token %d/%d, logprob max|diff| %.1e, "
+           "GPU bits %08x (cpu %.0f ms)\n",
+           what, n, V, (double)T, top_k, (double)top_p, same, n, lp, bits, cpu_s * 1e3);
     CHECK(T == 0.0f ? same == n : same >= n - n / 1000, "%s: GPU and CPU drew the same token in %d of %d rows",
           what, same, n);
     CHECK(lp <= 2e-5, "%s: logprob differs by %.3e", what, lp);
+    CHECK(t1 == tg[n - 1] && memcmp(&l1, &lg[n - 1], 4) == 0,
+          "%s: the last row alone drew %d (logprob %.9g), in the batch %d (%.9g)", what, t1, (double)l1, tg[n - 1],
+          (double)lg[n - 1]);
     ops_free(&gpu, d_z), ops_free(&gpu, d_p), ops_free(&gpu, d_t), ops_free(&gpu, d_l);
     free(z), free(prm), free(zc), free(tc), free(tg), free(lc), free(lg);
 }
