@@ -281,9 +281,8 @@ __global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
  * the RMSNorm alone 4.123. (An H200 had measured the opposite, 3.41 ->
  * 3.51 ms, before the products moved to the wgmma kernel.) A benchmark
  * may pin the limit (ctx->tuning.pdl_rows). */
-#define CUDA_PDL_MAX_ROWS OPS_MATMUL_FEW_ROWS
 static inline int cuda_pdl_rows(const ops_ctx *ctx, long rows) {
-    const int limit = ctx->tuning.pdl_rows > 0 ? ctx->tuning.pdl_rows : CUDA_PDL_MAX_ROWS;
+    const int limit = ctx->tuning.pdl_rows > 0 ? ctx->tuning.pdl_rows : OPS_MATMUL_FEW_ROWS;
     return rows <= limit && !ctx->tuning.no_pdl;
 }
 

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/crc32c.h"
 #include "common/util.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
@@ -464,14 +465,12 @@ static void compare_sample(const char *what, int n, int V, float T, int top_k, f
     ops_free(&gpu, d_z1);
     int same = 0;
     double lp = 0.0;
-    uint32_t bits = 2166136261u; /* FNV-1a of the GPU's tokens and logprobs, to compare builds */
     for (int r = 0; r < n; r++) {
         same += tc[r] == tg[r];
         if (tc[r] == tg[r]) lp = fmax(lp, fabs((double)lc[r] - lg[r]));
-        uint32_t w[2];
-        memcpy(&w[0], &tg[r], 4), memcpy(&w[1], &lg[r], 4);
-        for (int k = 0; k < 8; k++) bits = (bits ^ ((w[k / 4] >> (8 * (k % 4))) & 255u)) * 16777619u;
     }
+    /* A checksum of the GPU's tokens and logprobs, to compare builds. */
+    const uint32_t bits = crc32c_extend(crc32c_extend(0, tg, (size_t)n * 4), lg, (size_t)n * 4);
     printf("  sample %-8s n %5d V %6d T %.1f top_k %4d top_p %.2f: same token %d/%d, logprob max|diff| %.1e, "
            "GPU bits %08x (cpu %.0f ms)\n",
            what, n, V, (double)T, top_k, (double)top_p, same, n, lp, bits, cpu_s * 1e3);

@@ -704,16 +704,15 @@ int main(int argc, char **argv) {
         /* Then with the kernels other than the skinny products starting
          * as programmatic dependent launches only up to 8 rows (ops_tuning.
          * pdl_rows; the default is 64). */
-        static const int pdl_rows[1] = {8};
-        for (int i = 0; i < (table_only || !pdl ? 0 : ops_batch > 8 ? 1 : 0); i++) {
+        if (!table_only && pdl && ops_batch > 8) {
             double enq, ser, pip;
-            ctx.tuning.pdl_rows = pdl_rows[i];
+            ctx.tuning.pdl_rows = 8;
             launch_probe(&bm.m, ops_batch, ops_ctx_len, &enq, &ser, &pip);
-            printf("\n[one decode step, batch %d, context %d, programmatic dependent launch up to %d rows] waited on "
+            ctx.tuning.pdl_rows = 0;
+            printf("\n[one decode step, batch %d, context %d, programmatic dependent launch up to 8 rows] waited on "
                    "%.3f ms, back to back %.3f ms/step; roofline %.3f ms (weights + K/V at %.2f TB/s): %.1f%% of it\n",
-                   ops_batch, ops_ctx_len, pdl_rows[i], ser, pip, roof, bw / 1e12, 100.0 * roof / pip);
+                   ops_batch, ops_ctx_len, ser, pip, roof, bw / 1e12, 100.0 * roof / pip);
         }
-        ctx.tuning.pdl_rows = 0;
         printf("\n[per-op times, batch %d, context %d]\n", ops_batch, ops_ctx_len);
         op_table(&bm.m, ops_batch, ops_ctx_len, serial);
         if (!table_only) {
