@@ -429,31 +429,15 @@ static void norm_forward(ops_ctx *ctx, void *out, float *mean, float *rstd, cons
     CUDA_LAUNCH_CHECK();
 }
 
-/* Grid of the backward: resident blocks only, so it also bounds the rows of
- * partial sums (one per block), and no more than the scratch holds. */
-template <int VPL, bool LN>
-static unsigned norm_bwd_grid(const ops_ctx *ctx, bool with_b, int acc, int block, size_t smem, size_t work,
-                              size_t fit) {
-    unsigned g;
-    if constexpr (LN) g = with_b ? grid_resident(ctx, norm_bwd_vec<VPL, LN, true, false>, block, smem, work)
-                                 : grid_resident(ctx, norm_bwd_vec<VPL, LN, false, false>, block, smem, work);
-    else g = acc ? grid_resident(ctx, norm_bwd_vec<VPL, LN, false, true>, block, smem, work)
-                 : grid_resident(ctx, norm_bwd_vec<VPL, LN, false, false>, block, smem, work);
-    return g > fit ? (unsigned)(fit > 0 ? fit : 1) : g;
-}
+typedef void (*norm_bwd_fn)(bf16 *, float *, float *, const bf16 *, const bf16 *, const bf16 *, const float *,
+                            const float *, int, int, int);
 
+/* The backward's vector instance: LayerNorm with or without db, RMSNorm
+ * writing dx or adding into it. */
 template <int VPL, bool LN>
-static void norm_bwd_vec_launch(unsigned grid, int block, size_t smem, cudaStream_t st, bf16 *dx, float *pw,
-                                float *pb, const bf16 *dout, const bf16 *x, const bf16 *w, const float *mean,
-                                const float *rstd, int N, int C, int tpr, int acc) {
-    if constexpr (LN) {
-        if (pb) norm_bwd_vec<VPL, LN, true, false><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
-        else norm_bwd_vec<VPL, LN, false, false><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
-    } else if (acc) {
-        norm_bwd_vec<VPL, LN, false, true><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
-    } else {
-        norm_bwd_vec<VPL, LN, false, false><<<grid, block, smem, st>>>(dx, pw, pb, dout, x, w, mean, rstd, N, C, tpr);
-    }
+static norm_bwd_fn norm_bwd_kernel(bool with_b, int acc) {
+    if constexpr (LN) return with_b ? norm_bwd_vec<VPL, LN, true, false> : norm_bwd_vec<VPL, LN, false, false>;
+    else return acc ? norm_bwd_vec<VPL, LN, false, true> : norm_bwd_vec<VPL, LN, false, false>;
 }
 
 template <bool LN>
@@ -505,21 +489,20 @@ static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const vo
     int block = tpr > 128 ? tpr : 128, tpb = block / tpr;
     size_t smem = tpb > 1 ? (size_t)tpb * row_bytes : 0;
     size_t work = div_up((size_t)N, (size_t)tpb), fit = ctx->scratch_size / row_bytes;
-    unsigned grid;
+    norm_bwd_fn k;
     switch (vpl) {
-    case 1: grid = norm_bwd_grid<1, LN>(ctx, with_b, acc, block, smem, work, fit); break;
-    case 2: grid = norm_bwd_grid<2, LN>(ctx, with_b, acc, block, smem, work, fit); break;
-    case 3: grid = norm_bwd_grid<3, LN>(ctx, with_b, acc, block, smem, work, fit); break;
-    default: grid = norm_bwd_grid<4, LN>(ctx, with_b, acc, block, smem, work, fit); break;
+    case 1: k = norm_bwd_kernel<1, LN>(with_b, acc); break;
+    case 2: k = norm_bwd_kernel<2, LN>(with_b, acc); break;
+    case 3: k = norm_bwd_kernel<3, LN>(with_b, acc); break;
+    default: k = norm_bwd_kernel<4, LN>(with_b, acc); break;
     }
+    /* Resident blocks only, so the grid also bounds the rows of partial
+     * sums (one per block), and no more than the scratch holds. */
+    unsigned grid = grid_resident(ctx, k, block, smem, work);
+    if (grid > fit) grid = (unsigned)(fit > 0 ? fit : 1);
     float *pw = (float *)ctx_scratch(ctx, grid * row_bytes, op);
     float *pb = with_b ? pw + (size_t)grid * C : NULL;
-    switch (vpl) {
-    case 1: norm_bwd_vec_launch<1, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, acc); break;
-    case 2: norm_bwd_vec_launch<2, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, acc); break;
-    case 3: norm_bwd_vec_launch<3, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, acc); break;
-    default: norm_bwd_vec_launch<4, LN>(grid, block, smem, st, d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, acc); break;
-    }
+    k<<<grid, block, smem, st>>>(d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr);
     CUDA_LAUNCH_CHECK();
     colsum_partials_launch(st, dw, pw, (int)grid, C);
     CUDA_LAUNCH_CHECK();
