@@ -54,7 +54,7 @@
  * Usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide]
  *                    [--layers N] [--steps N] [--warmup N]
  *                    [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N]
- *                    [--keep-logits]
+ *                    [--keep-logits] [--recompute MODE]
  * --quick: the first shape only (0.6B, or 8B with --wide), 3 timed steps.
  * --tiny: a small shape (2 x 64 tokens, 2 layers) so the whole program runs
  * on the CPU backend in seconds; with --wide, a small untied shape of
@@ -68,7 +68,8 @@
  * and the one-pass backward at head dim 128; 2 the persistent forward;
  * 1 the two-pass backward). --keep-logits: the model keeps the lm head's fp32
  * logits from forward to backward (model_keep_logits: 4 B*S*vocab bytes more,
- * one lm-head GEMM fewer). */
+ * one lm-head GEMM fewer). --recompute MODE: that recompute mode alone
+ * (none, layer or layer_keep_attention). */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdint.h>
@@ -315,7 +316,7 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a fatal error keeps the lines printed before it */
-    int quick = 0, use_tiny = 0, wide = 0, layers = -1, steps = -1, warmup = 2, no_hf = 0;
+    int quick = 0, use_tiny = 0, wide = 0, layers = -1, steps = -1, warmup = 2, no_hf = 0, only_rc = -1;
     const char *hf_file = NULL;
     dk_device dev = DK_DEVICE_CUDA;
     for (int i = 1; i < argc; i++) {
@@ -325,6 +326,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-hf")) no_hf = 1;
         else if (!strcmp(argv[i], "--op-times")) op_times = 1;
         else if (!strcmp(argv[i], "--keep-logits")) keep_logits = 1;
+        else if (!strcmp(argv[i], "--recompute") && i + 1 < argc) {
+            for (int rc = 0; rc < MODEL_N_RECOMPUTE; rc++)
+                if (!strcmp(argv[i + 1], model_recompute_names[rc])) only_rc = rc;
+            if (only_rc < 0) {
+                fprintf(stderr, "bench_train: --recompute %s: expected none, layer or layer_keep_attention\n",
+                        argv[i + 1]);
+                return 2;
+            }
+            i++;
+        }
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
             if (ops_parse_device(argv[++i], &dev) != DK_OK) {
                 fprintf(stderr, "bench_train: %s\n", dk_error());
@@ -402,9 +413,11 @@ int main(int argc, char **argv) {
     int n = 0;
     memset(rs, 0, sizeof rs);
     for (int s = 0; s < n_shapes; s++)
-        for (int rc = MODEL_RECOMPUTE_NONE; rc <= MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION; rc++, n++) {
+        for (int rc = MODEL_RECOMPUTE_NONE; rc <= MODEL_RECOMPUTE_LAYER_KEEP_ATTENTION; rc++) {
+            if (only_rc >= 0 && rc != only_rc) continue;
             run_config(&shapes[s], dev, rc, warmup, steps, &rs[n]);
             rs[n].hf_tps = rs[n].hf_mem_gb = rs[n].hf_loss = NAN;
+            n++;
         }
 
     /* The HF side, after our memory is given back. */
