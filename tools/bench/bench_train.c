@@ -330,8 +330,9 @@ int main(int argc, char **argv) {
             for (int rc = 0; rc < MODEL_N_RECOMPUTE; rc++)
                 if (!strcmp(argv[i + 1], model_recompute_names[rc])) only_rc = rc;
             if (only_rc < 0) {
-                fprintf(stderr, "bench_train: --recompute %s: expected none, layer or layer_keep_attention\n",
-                        argv[i + 1]);
+                fprintf(stderr, "bench_train: --recompute %s: expected one of", argv[i + 1]);
+                for (int rc = 0; rc < MODEL_N_RECOMPUTE; rc++) fprintf(stderr, " %s", model_recompute_names[rc]);
+                fprintf(stderr, "\n");
                 return 2;
             }
             i++;
