@@ -32,9 +32,23 @@
 #ifndef DK_NORM_COMMON_CUH
 #define DK_NORM_COMMON_CUH
 
-#include "kernels/cuda_common.cuh"
+#include "kernels/rope_common.cuh"
 
 #define NORM_MAX_TPR 512
+
+/* The rotation the RMSNorm kernels apply themselves (template flag RP, for
+ * ops_rmsnorm_rope_*): row r is head r % heads of token r / heads, at
+ * position pos[r / heads]. Taken where a lane holds both halves of its
+ * rotation pairs: vector j and j + VPL/2 (C / 8 == VPL * tpr, VPL even). */
+struct norm_rope {
+    const int32_t *pos;
+    int heads;
+    float theta;
+};
+
+static inline bool norm_rope_fits(int tpr, int vpl, int C) {
+    return tpr > 0 && vpl % 2 == 0 && C / 8 == vpl * tpr && C / 2 <= ROPE_MAX_HALF;
+}
 
 /* ---- fast path ----------------------------------------------------------------- */
 
@@ -50,12 +64,15 @@ __device__ __forceinline__ uint4 ld_weight(const bf16 *p) {
     return u;
 }
 
-template <int VPL, bool LN>
+template <int VPL, bool LN, bool RP>
 __global__ void __launch_bounds__(NORM_MAX_TPR)
     norm_fwd_vec(bf16 *__restrict__ out, float *__restrict__ mean_out, float *__restrict__ rstd_out,
                  const bf16 *__restrict__ x, const bf16 *__restrict__ w, const bf16 *__restrict__ b, int N, int C,
-                 float eps, int tpr) {
+                 float eps, int tpr, norm_rope rp) {
+    static_assert(!(RP && LN), "the rotation follows an RMSNorm only");
     __shared__ float sh[32];
+    __shared__ float inv_freq[RP ? ROPE_MAX_HALF : 1];
+    if (RP) rope_inv_freq(inv_freq, C / 2, C, rp.theta); /* weights of a kind: before the wait */
     const int NV = C >> 3, tpb = blockDim.x / tpr, team = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     const float inv_c = 1.0f / (float)C;
     /* Software pipelining: the next row's loads are issued before this
@@ -104,10 +121,9 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
         const float r = 1.0f / sqrtf(ss * inv_c + eps);
         if (valid) {
             bf16 *orow = out + (size_t)row * C;
-#pragma unroll
-            for (int j = 0; j < VPL; j++) {
-                int v = lane + j * tpr;
-                if (v >= NV) continue;
+            /* Vector j of the output row, rounded to bf16 as stored. */
+            auto out_vec = [&](int j) {
+                const int v = lane + j * tpr;
                 float xf[8], wf[8], bf[8], o[8];
                 bf16x8_to_f32(xv[j], xf);
                 bf16x8_to_f32(ld_weight(w + 8 * v), wf);
@@ -115,7 +131,26 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
 #pragma unroll
                 for (int k = 0; k < 8; k++)
                     o[k] = LN ? ((xf[k] - mu) * r) * wf[k] + bf[k] : (xf[k] * r) * wf[k];
-                st_stream(orow + 8 * v, f32_to_bf16x8(o));
+                return f32_to_bf16x8(o);
+            };
+            if constexpr (RP) {
+                /* The rounded row rotated as ops_rope_forward rotates what
+                 * ops_rmsnorm_forward stored, a pair of vectors (j, j +
+                 * VPL/2) at a time so that one set of angles is live. */
+                const float p = (float)rp.pos[row / rp.heads];
+#pragma unroll
+                for (int j = 0; j < VPL / 2; j++) {
+                    uint4 a = out_vec(j), c = out_vec(j + VPL / 2);
+                    float cs[8], sn[8];
+                    rope_angles8(cs, sn, inv_freq, 8 * (lane + j * tpr), p, 1.0f);
+                    rope_rotate(a, c, cs, sn);
+                    st_stream(orow + 8 * (lane + j * tpr), a);
+                    st_stream(orow + 8 * (lane + (j + VPL / 2) * tpr), c);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < VPL; j++)
+                    if (lane + j * tpr < NV) st_stream(orow + 8 * (lane + j * tpr), out_vec(j));
             }
             if (lane == 0) {
                 rstd_out[row] = r;
@@ -130,13 +165,16 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
 /* Writes partial_w[blockIdx.x][C] (and partial_b when LN and DB). ACC:
  * dx += the input gradient (RMSNorm only; dx is then not dout), its rows
  * read with dout and x and the sum rounded once. */
-template <int VPL, bool LN, bool DB, bool ACC>
+template <int VPL, bool LN, bool DB, bool ACC, bool RP>
 __global__ void __launch_bounds__(NORM_MAX_TPR)
     norm_bwd_vec(bf16 *dx, float *__restrict__ partial_w, float *__restrict__ partial_b, const bf16 *dout,
                  const bf16 *__restrict__ x, const bf16 *__restrict__ w, const float *__restrict__ mean,
-                 const float *__restrict__ rstd, int N, int C, int tpr) {
+                 const float *__restrict__ rstd, int N, int C, int tpr, norm_rope rp) {
+    static_assert(!(RP && (LN || ACC)), "the inverse rotation precedes a plain RMSNorm backward only");
     extern __shared__ float team_acc[]; /* [tpb][C] dw, then [tpb][C] db, when tpb > 1 */
     __shared__ float sh[32];
+    __shared__ float inv_freq[RP ? ROPE_MAX_HALF : 1];
+    if (RP) rope_inv_freq(inv_freq, C / 2, C, rp.theta);
     pdl_launch_dependents();
     const int NV = C >> 3, tpb = blockDim.x / tpr, team = threadIdx.x / tpr, lane = threadIdx.x % tpr;
     const float inv_c = 1.0f / (float)C;
@@ -172,6 +210,17 @@ __global__ void __launch_bounds__(NORM_MAX_TPR)
         const size_t off = (size_t)row * C;
         if (PIPE) load_row(gn, xn, an, row + step);
         else load_row(gv, xv, av, row);
+        if (RP && valid) {
+            /* The incoming gradient rotated back and rounded to bf16, as
+             * ops_rope_backward leaves it in place. */
+            const float p = (float)rp.pos[row / rp.heads];
+#pragma unroll
+            for (int j = 0; j < VPL / 2; j++) {
+                float cs[8], sn[8];
+                rope_angles8(cs, sn, inv_freq, 8 * (lane + j * tpr), p, -1.0f);
+                rope_rotate(gv[j], gv[j + VPL / 2], cs, sn);
+            }
+        }
         const float r = valid ? rstd[row] : 0.0f;
         const float mu = (LN && valid) ? mean[row] : 0.0f;
         /* Row sums: RMS s1 = sum g w x; LN s1 = sum g w, s2 = sum g w xhat.
@@ -397,54 +446,77 @@ static inline int norm_plan(int C, int *vpl, int max_vpl = 4) {
 template <int VPL, bool LN>
 static void norm_fwd_vec_launch(const ops_ctx *ctx, size_t work, int block, cudaStream_t st, bf16 *o, float *mean,
                                 float *rstd, const bf16 *xb, const bf16 *wb, const bf16 *bb, int N, int C, float eps,
-                                int tpr) {
-    unsigned grid = grid_resident(ctx, norm_fwd_vec<VPL, LN>, block, 0, work);
-    cuda_launch_pdl(st, cuda_pdl_rows(ctx, N), norm_fwd_vec<VPL, LN>, dim3(grid), dim3(block), 0,
-                    o, mean, rstd, xb, wb, bb, N, C, eps, tpr);
+                                int tpr, const norm_rope *rope) {
+    if constexpr (!LN && VPL % 2 == 0) {
+        if (rope) {
+            unsigned grid = grid_resident(ctx, norm_fwd_vec<VPL, LN, true>, block, 0, work);
+            cuda_launch_pdl(st, cuda_pdl_rows(ctx, N), norm_fwd_vec<VPL, LN, true>, dim3(grid), dim3(block), 0,
+                            o, mean, rstd, xb, wb, bb, N, C, eps, tpr, *rope);
+            return;
+        }
+    }
+    const norm_rope none = {NULL, 1, 0.0f};
+    unsigned grid = grid_resident(ctx, norm_fwd_vec<VPL, LN, false>, block, 0, work);
+    cuda_launch_pdl(st, cuda_pdl_rows(ctx, N), norm_fwd_vec<VPL, LN, false>, dim3(grid), dim3(block), 0,
+                    o, mean, rstd, xb, wb, bb, N, C, eps, tpr, none);
 }
 
+/* rope: also rotate the output (RMSNorm only); then returns 0 without
+ * launching anything where the plan does not allow it (norm_rope_fits), for
+ * the caller to run the ops in turn. Otherwise 1. */
 template <bool LN>
-static void norm_forward(ops_ctx *ctx, void *out, float *mean, float *rstd, const void *x, const void *w,
-                         const void *b, int N, int C, float eps) {
-    if (N <= 0 || C <= 0) return;
+static int norm_forward(ops_ctx *ctx, void *out, float *mean, float *rstd, const void *x, const void *w,
+                        const void *b, int N, int C, float eps, const norm_rope *rope = NULL) {
+    if (N <= 0 || C <= 0) return 1;
     cudaStream_t st = ctx_stream(ctx);
     int vpl = 0, tpr = norm_plan(C, &vpl);
     if (tpr && !(is_aligned16(out) && is_aligned16(x) && is_aligned16(w) && (!b || is_aligned16(b)))) tpr = 0;
+    if (rope && (LN || !norm_rope_fits(tpr, vpl, C))) return 0;
     bf16 *o = (bf16 *)out;
     const bf16 *xb = (const bf16 *)x, *wb = (const bf16 *)w, *bb = (const bf16 *)b;
     if (!tpr) {
         norm_fwd_scalar<LN><<<div_up((size_t)N, NORM_SCALAR_WARPS), 32 * NORM_SCALAR_WARPS, 0, st>>>(o, mean, rstd, xb,
                                                                                                    wb, bb, N, C, eps);
         CUDA_LAUNCH_CHECK();
-        return;
+        return 1;
     }
     int block = tpr > 256 ? tpr : 256, tpb = block / tpr;
     size_t work = div_up((size_t)N, (size_t)tpb);
     switch (vpl) {
-    case 1: norm_fwd_vec_launch<1, LN>(ctx, work, block, st, o, mean, rstd, xb, wb, bb, N, C, eps, tpr); break;
-    case 2: norm_fwd_vec_launch<2, LN>(ctx, work, block, st, o, mean, rstd, xb, wb, bb, N, C, eps, tpr); break;
-    case 3: norm_fwd_vec_launch<3, LN>(ctx, work, block, st, o, mean, rstd, xb, wb, bb, N, C, eps, tpr); break;
-    default: norm_fwd_vec_launch<4, LN>(ctx, work, block, st, o, mean, rstd, xb, wb, bb, N, C, eps, tpr); break;
+    case 1: norm_fwd_vec_launch<1, LN>(ctx, work, block, st, o, mean, rstd, xb, wb, bb, N, C, eps, tpr, rope); break;
+    case 2: norm_fwd_vec_launch<2, LN>(ctx, work, block, st, o, mean, rstd, xb, wb, bb, N, C, eps, tpr, rope); break;
+    case 3: norm_fwd_vec_launch<3, LN>(ctx, work, block, st, o, mean, rstd, xb, wb, bb, N, C, eps, tpr, rope); break;
+    default: norm_fwd_vec_launch<4, LN>(ctx, work, block, st, o, mean, rstd, xb, wb, bb, N, C, eps, tpr, rope); break;
     }
     CUDA_LAUNCH_CHECK();
+    return 1;
 }
 
 typedef void (*norm_bwd_fn)(bf16 *, float *, float *, const bf16 *, const bf16 *, const bf16 *, const float *,
-                            const float *, int, int, int);
+                            const float *, int, int, int, norm_rope);
 
 /* The backward's vector instance: LayerNorm with or without db, RMSNorm
- * writing dx or adding into it. */
+ * writing dx or adding into it, or rotating the incoming gradient back
+ * first (rope; even VPL only, norm_rope_fits). */
 template <int VPL, bool LN>
-static norm_bwd_fn norm_bwd_kernel(bool with_b, int acc) {
-    if constexpr (LN) return with_b ? norm_bwd_vec<VPL, LN, true, false> : norm_bwd_vec<VPL, LN, false, false>;
-    else return acc ? norm_bwd_vec<VPL, LN, false, true> : norm_bwd_vec<VPL, LN, false, false>;
+static norm_bwd_fn norm_bwd_kernel(bool with_b, int acc, bool rope) {
+    if constexpr (LN) {
+        return with_b ? norm_bwd_vec<VPL, LN, true, false, false> : norm_bwd_vec<VPL, LN, false, false, false>;
+    } else {
+        if constexpr (VPL % 2 == 0)
+            if (rope) return norm_bwd_vec<VPL, LN, false, false, true>;
+        return acc ? norm_bwd_vec<VPL, LN, false, true, false> : norm_bwd_vec<VPL, LN, false, false, false>;
+    }
 }
 
+/* rope: rotate the incoming gradient back first (RMSNorm, acc 0); then
+ * returns 0 without launching anything where the plan does not allow it
+ * (norm_rope_fits), for the caller to run the ops in turn. Otherwise 1. */
 template <bool LN>
-static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const void *dout, const void *x,
-                          const void *w, const float *mean, const float *rstd, int N, int C, int acc,
-                          const char *op) {
-    if (N <= 0 || C <= 0) return;
+static int norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const void *dout, const void *x,
+                         const void *w, const float *mean, const float *rstd, int N, int C, int acc,
+                         const char *op, const norm_rope *rope = NULL) {
+    if (N <= 0 || C <= 0) return 1;
     if (acc && (LN || dx == dout)) DK_ABORT("%s: accumulate needs the RMSNorm form and dx distinct from dout", op);
     cudaStream_t st = ctx_stream(ctx);
     const bool with_b = LN && db;
@@ -457,6 +529,8 @@ static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const vo
     if (tpr > 256) tpr = 0;
     if (!tpr) tpr = norm_plan(C, &vpl);
     if (tpr && !(is_aligned16(dx) && is_aligned16(dout) && is_aligned16(x) && is_aligned16(w))) tpr = 0;
+    if (rope && (LN || acc || !norm_rope_fits(tpr, vpl, C))) return 0;
+    const norm_rope rp = rope ? *rope : norm_rope{NULL, 1, 0.0f};
     bf16 *d = (bf16 *)dx;
     const bf16 *g = (const bf16 *)dout, *xb = (const bf16 *)x, *wb = (const bf16 *)w;
     const size_t row_bytes = (size_t)C * sizeof(float) * (with_b ? 2 : 1);
@@ -483,26 +557,28 @@ static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const vo
             colsum_partials_launch(st, db, pb, (int)S, C);
             CUDA_LAUNCH_CHECK();
         }
-        return;
+        return 1;
     }
 
     int block = tpr > 128 ? tpr : 128, tpb = block / tpr;
     size_t smem = tpb > 1 ? (size_t)tpb * row_bytes : 0;
     size_t work = div_up((size_t)N, (size_t)tpb), fit = ctx->scratch_size / row_bytes;
-    norm_bwd_fn k;
+    norm_bwd_fn k, plain;
     switch (vpl) {
-    case 1: k = norm_bwd_kernel<1, LN>(with_b, acc); break;
-    case 2: k = norm_bwd_kernel<2, LN>(with_b, acc); break;
-    case 3: k = norm_bwd_kernel<3, LN>(with_b, acc); break;
-    default: k = norm_bwd_kernel<4, LN>(with_b, acc); break;
+    case 1: k = norm_bwd_kernel<1, LN>(with_b, acc, rope), plain = norm_bwd_kernel<1, LN>(with_b, acc, false); break;
+    case 2: k = norm_bwd_kernel<2, LN>(with_b, acc, rope), plain = norm_bwd_kernel<2, LN>(with_b, acc, false); break;
+    case 3: k = norm_bwd_kernel<3, LN>(with_b, acc, rope), plain = norm_bwd_kernel<3, LN>(with_b, acc, false); break;
+    default: k = norm_bwd_kernel<4, LN>(with_b, acc, rope), plain = norm_bwd_kernel<4, LN>(with_b, acc, false); break;
     }
     /* Resident blocks only, so the grid also bounds the rows of partial
-     * sums (one per block), and no more than the scratch holds. */
-    unsigned grid = grid_resident(ctx, k, block, smem, work);
+     * sums (one per block), and no more than the scratch holds. The plain
+     * instance's count also for the rotating one: the same blocks sum the
+     * same rows, so its weight gradient has the plain op's bits. */
+    unsigned grid = grid_resident(ctx, plain, block, smem, work);
     if (grid > fit) grid = (unsigned)(fit > 0 ? fit : 1);
     float *pw = (float *)ctx_scratch(ctx, grid * row_bytes, op);
     float *pb = with_b ? pw + (size_t)grid * C : NULL;
-    k<<<grid, block, smem, st>>>(d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr);
+    k<<<grid, block, smem, st>>>(d, pw, pb, g, xb, wb, mean, rstd, N, C, tpr, rp);
     CUDA_LAUNCH_CHECK();
     colsum_partials_launch(st, dw, pw, (int)grid, C);
     CUDA_LAUNCH_CHECK();
@@ -510,6 +586,7 @@ static void norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const vo
         colsum_partials_launch(st, db, pb, (int)grid, C);
         CUDA_LAUNCH_CHECK();
     }
+    return 1;
 }
 
 #endif

@@ -149,6 +149,23 @@ DK_OP(rope_forward, (ops_ctx *ctx, void *x, const int32_t *pos, int T, int H, in
       (ctx, x, pos, T, H, D, theta))
 DK_OP(rope_backward, (ops_ctx *ctx, void *dx, const int32_t *pos, int T, int H, int D, float theta),
       (ctx, dx, pos, T, H, D, theta))
+/* Qwen3's q/k path in one pass over x[T, H, D] (rows of one head):
+ *   forward  out = ops_rope_forward(ops_rmsnorm_forward(x)), rstd [T * H]
+ *   backward dx = ops_rmsnorm_backward(ops_rope_backward(dout)) (accumulate
+ *            0), dw += the norm weight's gradient
+ * with the roundings of those ops in turn (the normalised row and the
+ * rotated-back gradient rounded to act), so the bits are theirs. dout may be
+ * overwritten (the ops in turn rotate it in place where the CUDA backend's
+ * one-pass kernels do not fit: D/2 not a multiple of 8, D/16 not a power of
+ * two, unaligned buffers). */
+DK_OP(rmsnorm_rope_forward,
+      (ops_ctx *ctx, void *out, float *rstd, const void *x, const void *w, const int32_t *pos, int T, int H, int D,
+       float eps, float theta),
+      (ctx, out, rstd, x, w, pos, T, H, D, eps, theta))
+DK_OP(rmsnorm_rope_backward,
+      (ops_ctx *ctx, void *dx, float *dw, void *dout, const void *x, const void *w, const float *rstd,
+       const int32_t *pos, int T, int H, int D, float theta),
+      (ctx, dx, dw, dout, x, w, rstd, pos, T, H, D, theta))
 
 /* ---- attention --------------------------------------------------------------- */
 

@@ -19,30 +19,10 @@
  * with one thread per (token, i). */
 #include <math.h>
 
-#include "kernels/cuda_common.cuh"
+#include "kernels/rope_common.cuh"
 
 #define ROPE_THREADS 256
-#define ROPE_MAX_HALF 512 /* D <= 1024 */
 #define ROPE_HG 8          /* heads a thread rotates with one set of angles */
-
-/* inv_freq[i] for i < half into shared memory. */
-__device__ __forceinline__ void rope_inv_freq(float *inv_freq, int half, int D, float theta) {
-    for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = rope_inv_freq_at(i, D, theta);
-    __syncthreads();
-}
-
-__device__ __forceinline__ void rope_rotate(uint4 &a, uint4 &b, const float cs[8], const float sn[8]) {
-    float x1[8], x2[8], o1[8], o2[8];
-    bf16x8_to_f32(a, x1);
-    bf16x8_to_f32(b, x2);
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        o1[k] = x1[k] * cs[k] - x2[k] * sn[k];
-        o2[k] = x2[k] * cs[k] + x1[k] * sn[k];
-    }
-    a = f32_to_bf16x8(o1);
-    b = f32_to_bf16x8(o2);
-}
 
 __global__ void __launch_bounds__(ROPE_THREADS)
     rope_vec(bf16 *x, const int32_t *__restrict__ pos, int T, int H, int D, float theta, float sign) {
@@ -69,11 +49,7 @@ __global__ void __launch_bounds__(ROPE_THREADS)
         }
         const float p = (float)pos[t];
         float cs[8], sn[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            sincosf(p * inv_freq[8 * j + k], &sn[k], &cs[k]);
-            sn[k] *= sign;
-        }
+        rope_angles8(cs, sn, inv_freq, 8 * j, p, sign);
 #pragma unroll
         for (int u = 0; u < ROPE_HG; u++) {
             if (u < nh) {

@@ -129,13 +129,12 @@ static void attention_block(gen_forward *f, const gen_step *st, int l) {
         }
     }
     char *qa = q, *ka = k; /* the attention's q and k */
-    if (c->qk_norm) {
+    if (c->qk_norm) { /* the norm and the rotation in one pass */
         qa = f->qk;
         ka = qa + (size_t)T * Q * A;
-        ops_rmsnorm_forward(ctx, qa, f->rstd, q, W(P_Q_NORM), T * Hq, D, eps);
-        ops_rmsnorm_forward(ctx, ka, f->rstd, k, W(P_K_NORM), T * Hkv, D, eps);
-    }
-    if (T == 1) { /* q and k heads are adjacent: one rotation for both */
+        ops_rmsnorm_rope_forward(ctx, qa, f->rstd, q, W(P_Q_NORM), st->pos, T, Hq, D, eps, c->rope_theta);
+        ops_rmsnorm_rope_forward(ctx, ka, f->rstd, k, W(P_K_NORM), st->pos, T, Hkv, D, eps, c->rope_theta);
+    } else if (T == 1) { /* q and k heads are adjacent: one rotation for both */
         ops_rope_forward(ctx, qa, st->pos, 1, Hq + Hkv, D, c->rope_theta);
     } else {
         ops_rope_forward(ctx, qa, st->pos, T, Hq, D, c->rope_theta);

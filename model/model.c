@@ -406,12 +406,14 @@ static void layer_forward(model *m, int l, model_layer_acts *a, const void *x, v
         ops_bias_forward(ctx, a->k_raw, W(P_BK), T, KV);
         ops_bias_forward(ctx, a->v, W(P_BV), T, KV);
     }
-    if (c->qk_norm) { /* one RMSNorm row per (token, head) */
-        ops_rmsnorm_forward(ctx, a->q, a->q_rstd, a->q_raw, W(P_Q_NORM), T * Hq, D, eps);
-        ops_rmsnorm_forward(ctx, a->k, a->k_rstd, a->k_raw, W(P_K_NORM), T * Hkv, D, eps);
+    if (c->qk_norm) { /* one RMSNorm row per (token, head), rotated in the same pass */
+        ops_rmsnorm_rope_forward(ctx, a->q, a->q_rstd, a->q_raw, W(P_Q_NORM), m->d_pos, T, Hq, D, eps, c->rope_theta);
+        ops_rmsnorm_rope_forward(ctx, a->k, a->k_rstd, a->k_raw, W(P_K_NORM), m->d_pos, T, Hkv, D, eps,
+                                 c->rope_theta);
+    } else {
+        ops_rope_forward(ctx, a->q, m->d_pos, T, Hq, D, c->rope_theta);
+        ops_rope_forward(ctx, a->k, m->d_pos, T, Hkv, D, c->rope_theta);
     }
-    ops_rope_forward(ctx, a->q, m->d_pos, T, Hq, D, c->rope_theta);
-    ops_rope_forward(ctx, a->k, m->d_pos, T, Hkv, D, c->rope_theta);
     if (with_attention)
         ops_attention_forward(ctx, a->att, a->lse, a->q, a->k, a->v, m->d_cu_seqlens, m->n_seqs, T, Hq, Hkv, D,
                               model_attn_scale(m));
@@ -507,11 +509,14 @@ static void layer_backward(model *m, int l, const model_layer_acts *a, const voi
     ops_matmul(ctx, datt, 0, m->d_res, W(P_WO), T, Q, C, 0, 0, 1.0f, 0.0f);
     ops_attention_backward(ctx, dq, dk, dv, datt, a->q, a->k, a->v, a->att, a->lse, m->d_cu_seqlens, m->n_seqs, T,
                            Hq, Hkv, D, model_attn_scale(m));
-    ops_rope_backward(ctx, dq, m->d_pos, T, Hq, D, c->rope_theta);
-    ops_rope_backward(ctx, dk, m->d_pos, T, Hkv, D, c->rope_theta);
-    if (c->qk_norm) {
-        ops_rmsnorm_backward(ctx, dq_raw, G(P_Q_NORM), dq, a->q_raw, W(P_Q_NORM), a->q_rstd, T * Hq, D, 0);
-        ops_rmsnorm_backward(ctx, dk_raw, G(P_K_NORM), dk, a->k_raw, W(P_K_NORM), a->k_rstd, T * Hkv, D, 0);
+    if (c->qk_norm) { /* the rotation's backward, then the norm's, in one pass (dq, dk may be overwritten) */
+        ops_rmsnorm_rope_backward(ctx, dq_raw, G(P_Q_NORM), dq, a->q_raw, W(P_Q_NORM), a->q_rstd, m->d_pos, T, Hq, D,
+                                  c->rope_theta);
+        ops_rmsnorm_rope_backward(ctx, dk_raw, G(P_K_NORM), dk, a->k_raw, W(P_K_NORM), a->k_rstd, m->d_pos, T, Hkv,
+                                  D, c->rope_theta);
+    } else {
+        ops_rope_backward(ctx, dq, m->d_pos, T, Hq, D, c->rope_theta);
+        ops_rope_backward(ctx, dk, m->d_pos, T, Hkv, D, c->rope_theta);
     }
     if (c->qkv_bias) {
         ops_bias_backward(ctx, G(P_BQ), dq_raw, T, Q);
