@@ -36,6 +36,13 @@
  * and dW += dz^T h. Three GEMMs instead of four and no scratch, for 4 T V
  * bytes of memory the caller chose to spend.
  *
+ * On sm_90 (ops_tuning.lmhead_kernel 0) both passes without keep take
+ * lmhead_wgmma.cu's kernel instead, which reduces the logits in registers:
+ * the forward is one launch over all V columns plus a merge, with its
+ * partial statistics in scratch; the backward writes bf16 dz straight from
+ * the recomputed logits (lmh_backward_wgmma below), then the same two
+ * GEMMs. What follows describes the cuBLASLt path the other cases take.
+ *
  * The GEMMs go through cuBLASLt directly rather than ops_matmul because dz
  * has a row stride of 2n: cuBLASLt takes leading dimensions, ops_matmul does
  * not. The heuristic's choice is cached per shape (it costs tens of
@@ -300,6 +307,7 @@ extern "C" void cuda_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy
                                     int chunk, float *keep) {
     lmh_check("lmhead_forward", T, C, V, chunk, inv_temp);
     if (T == 0) return;
+    if (!keep && cuda_lmhead_forward_wgmma(ctx, logprob, entropy, lse, h, W, target, T, C, V, inv_temp)) return;
     const int n = keep ? V : chunk < V ? chunk : V;
     float *Z = keep ? keep : (float *)ctx_scratch(ctx, (size_t)T * n * sizeof(float), "lmhead_forward");
     const bf16 *hb = (const bf16 *)h, *Wb = (const bf16 *)W;
@@ -310,6 +318,44 @@ extern "C" void cuda_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy
                                                               c0 + nc >= V);
         CUDA_LAUNCH_CHECK();
     }
+}
+
+/* The backward with dz from lmhead_wgmma.cu's kernel: per token block and
+ * chunk of n columns it writes bf16 dz [Tb, ldz] (ldz = n rounded up to 8)
+ * straight from the recomputed logits, then the same two GEMMs as below.
+ * The scratch holds dz and the fp32 dh accumulator [Tb, C]: 2 ldz + 4 C
+ * bytes a token against the other path's 4 n + 4 C, so Tb is at least as
+ * large.
+ * 0 where the kernel does not apply. */
+static int lmh_backward_wgmma(ops_ctx *ctx, void *dh, float *dW, const float *dlogprob, const float *dentropy,
+                              const void *h, const void *W, const int32_t *target, const float *lse,
+                              const float *entropy, int T, int C, int V, float inv_temp, int chunk) {
+    if (!cuda_lmhead_wgmma_fits(ctx, h, W, C)) return 0;
+    const size_t n = chunk < V ? (size_t)chunk : (size_t)V, ldz = (n + 7) / 8 * 8;
+    const size_t per_token = 4 * (size_t)C + 2 * ldz, most = ctx->scratch_size / per_token;
+    if (most < 1) return 0;
+    /* Blocks of equal size: a model's scratch of T x chunk floats holds
+     * all T tokens at C <= chunk / 2 exactly, and a larger C splits them
+     * evenly rather than leaving a short last block of GEMMs. */
+    const size_t blocks = ((size_t)T + most - 1) / most, Tb = ((size_t)T + blocks - 1) / blocks;
+    bf16 *dz = (bf16 *)ctx->scratch; /* first: ldz is a multiple of 8, so dh32 starts 16-byte aligned */
+    float *dh32 = (float *)((char *)ctx->scratch + Tb * ldz * sizeof(bf16));
+    const bf16 *hb = (const bf16 *)h, *Wb = (const bf16 *)W;
+    bf16 *dhb = (bf16 *)dh;
+    for (size_t t0 = 0; t0 < (size_t)T; t0 += Tb) {
+        const int tb = (int)((size_t)T - t0 < Tb ? (size_t)T - t0 : Tb);
+        const bf16 *ht = hb + t0 * C;
+        for (size_t c0 = 0; c0 < (size_t)V; c0 += n) {
+            const int nc = (int)((size_t)V - c0 < n ? (size_t)V - c0 : n);
+            if (!cuda_lmhead_dz_wgmma(ctx, dz, (int)ldz, dlogprob, dentropy, ht, W, target, lse, entropy, (int)t0, tb,
+                                      C, V, (int)c0, nc, inv_temp))
+                DK_ABORT("lmhead_backward: the wgmma dz kernel refused operands it accepted");
+            lmh_gemm(ctx, tb, C, nc, dz, (int)ldz, 0, Wb + c0 * C, C, 0, dh32, 1, C, 1.0f, c0 == 0 ? 0.0f : 1.0f);
+            lmh_gemm(ctx, nc, C, tb, dz, (int)ldz, 1, ht, C, 0, dW + c0 * C, 1, C, 1.0f, 1.0f);
+        }
+        cuda_cast_f32_to_act(ctx, dhb + t0 * C, dh32, (size_t)tb * C);
+    }
+    return 1;
 }
 
 extern "C" void cuda_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogprob, const float *dentropy,
@@ -328,6 +374,8 @@ extern "C" void cuda_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const fl
         lmh_gemm(ctx, V, C, T, dz, 2 * V, 1, (const bf16 *)h, C, 0, dW, 1, C, 1.0f, 1.0f);
         return;
     }
+    if (lmh_backward_wgmma(ctx, dh, dW, dlogprob, dentropy, h, W, target, lse, entropy, T, C, V, inv_temp, chunk))
+        return;
     /* Split the scratch into the fp32 dh accumulator [Tb, C] and the logit
      * block [Tb, n] (64 floats of slack keep the second 256-byte aligned). */
     const size_t F = ctx->scratch_size / sizeof(float);

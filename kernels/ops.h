@@ -116,6 +116,12 @@ typedef struct ops_tuning {
      * 0 the default (cuda_common.cuh: OPS_MATMUL_FEW_ROWS), n >= 1 n. No
      * effect under no_pdl. */
     int pdl_rows;
+    /* The lm head (ops_lmhead_forward / _backward without kept logits):
+     * 0 chosen (on sm_90 one wgmma kernel per pass that reduces the logits
+     * in registers, lmhead_wgmma.cu, where its operands and the scratch
+     * allow), -1 cuBLASLt writes fp32 logits into scratch and separate
+     * kernels reduce them (lmhead.cu). */
+    int lmhead_kernel;
 } ops_tuning;
 
 typedef struct ops_ctx {

@@ -65,6 +65,20 @@ void cuda_skinny_wgmma_clusters(ops_ctx *ctx, int *clusters);
  * (skinny_plan.h, before any ops_tuning pin); *splits gets its split count. */
 int cuda_skinny_wgmma_plan(ops_ctx *ctx, int N, int K, int *splits);
 
+/* The lm head's one-kernel passes on sm_90 (lmhead_wgmma.cu), which reduce
+ * the logits in registers instead of writing them: _fits says whether they
+ * serve these operands (ops_tuning.lmhead_kernel, C % 8, alignment, GPU);
+ * _forward does ops_lmhead_forward without keep (scratch: _fwd_scratch
+ * bytes); _dz writes bf16 dz[rows, ldz] of tokens t0.. (h points at t0) and
+ * columns c0 .. c0 + n - 1. Each returns 1 when it computed, 0 otherwise. */
+int cuda_lmhead_wgmma_fits(const ops_ctx *ctx, const void *h, const void *W, int C);
+size_t cuda_lmhead_wgmma_fwd_scratch(int T, int V);
+int cuda_lmhead_forward_wgmma(ops_ctx *ctx, float *logprob, float *entropy, float *lse, const void *h, const void *W,
+                              const int32_t *target, int T, int C, int V, float inv_temp);
+int cuda_lmhead_dz_wgmma(ops_ctx *ctx, void *dz, int ldz, const float *dlogprob, const float *dentropy, const void *h,
+                         const void *W, const int32_t *target, const float *lse, const float *entropy, int t0, int rows,
+                         int C, int V, int c0, int n, float inv_temp);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,7 +13,10 @@
  * the GEMM rate below counts our four. DK_PYTHON names the python that has
  * torch (default python3); DK_SOURCE the checkout (default the current
  * directory). A third row keeps the logits from the forward (T x V fp32,
- * model_keep_logits) so that the backward skips their recompute: three GEMMs. */
+ * model_keep_logits) so that the backward skips their recompute: three GEMMs.
+ * Two more rows pin the cuBLASLt path (ops_tuning.lmhead_kernel -1: fp32
+ * logits through scratch) against the default one-kernel passes of
+ * lmhead_wgmma.cu. */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdint.h>
@@ -124,6 +127,9 @@ int main(int argc, char **argv) {
     ops_sync(&ctx);
 
     double ms_fwd = time_ms(run_fwd, &a, 5), ms_all = time_ms(run_fwd_bwd, &a, 5);
+    ctx.tuning.lmhead_kernel = -1; /* the cuBLASLt path: fp32 logits through scratch */
+    double ms_fwd_bl = time_ms(run_fwd, &a, 5), ms_all_bl = time_ms(run_fwd_bwd, &a, 5);
+    ctx.tuning.lmhead_kernel = 0;
     const size_t keep_bytes = (size_t)T * V * sizeof(float);
     a.keep = ops_alloc(&ctx, keep_bytes);
     double ms_keep = time_ms(run_fwd_bwd, &a, 5);
@@ -150,9 +156,10 @@ int main(int argc, char **argv) {
     printf("fused lm head, T=%d C=%d V=%d chunk=%d (logprob + entropy, forward and backward)\n", T, C, V, chunk);
     printf("%-16s %10s %12s %12s %10s %12s %8s\n", "", "ours ms", "tokens/s", "GEMM of 800", "torch ms", "tokens/s",
            "ratio");
-    const char *names[3] = {"forward", "forward+backward", "  logits kept"};
-    double ours[3] = {ms_fwd, ms_all, ms_keep}, theirs[3] = {t_fwd, t_all, t_all}, ng[3] = {1, 4, 3};
-    for (int i = 0; i < 3; i++)
+    const char *names[5] = {"forward", "forward+backward", "  logits kept", "  cuBLASLt fwd", "  cuBLASLt f+b"};
+    double ours[5] = {ms_fwd, ms_all, ms_keep, ms_fwd_bl, ms_all_bl};
+    double theirs[5] = {t_fwd, t_all, t_all, t_fwd, t_all}, ng[5] = {1, 4, 3, 1, 4};
+    for (int i = 0; i < 5; i++)
         printf("%-16s %10.2f %12.0f %12.3f %10.2f %12.0f %8.3f\n", names[i], ours[i], T / (ours[i] * 1e-3),
                ng[i] * gemm / (ours[i] * 1e-3) / 1e12 / PEAK_TFLOPS, theirs[i], T / (theirs[i] * 1e-3),
                theirs[i] / ours[i]);
@@ -160,6 +167,9 @@ int main(int argc, char **argv) {
     printf("memory beyond inputs, outputs and gradients: ours %.2f GiB (scratch T x chunk fp32), torch %.2f GiB; "
            "saved %.2f GiB\n",
            scratch / 1073741824.0, t_mem / 1073741824.0, (t_mem - scratch) / 1073741824.0);
+    printf("one-kernel passes (ops_tuning.lmhead_kernel 0) against cuBLASLt logits (-1): forward %.3fx, "
+           "forward+backward %.3fx\n",
+           ms_fwd_bl / ms_fwd, ms_all_bl / ms_all);
     printf("logits kept: %.2f GiB more (T x V fp32), %.1f%% less forward+backward time\n", keep_bytes / 1073741824.0,
            100.0 * (1.0 - ms_keep / ms_all));
 

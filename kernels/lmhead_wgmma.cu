@@ -1,0 +1,330 @@
+/* lmhead_wgmma.cu: the lm head's logits and what the loss takes from them in
+ * one Hopper kernel (sm_90a), so the fp32 logits never reach memory.
+ *
+ * Why. lmhead.cu's other path has cuBLASLt write each chunk of logits in
+ * fp32 (T x chunk x 4 bytes), then a kernel reads them back to reduce each
+ * row; the backward writes them again to turn them into dz in place. On an
+ * H100 at the 1.7B shape (T 16384, C 2048, V 151936) that was 76.5 ms of a
+ * 378 ms step against 58 ms for its four GEMMs at cuBLASLt's rate: the
+ * fp32 stores sit in the GEMM's epilogue, after a K loop of only 2048.
+ *
+ * The kernel: C[M, N] = inv_temp h W^T over 128 x 256 tiles, a persistent
+ * block per SM walking the tiles (grouped by 16 row tiles, so a wave reads
+ * a few MB of h and W from L2). Warpgroup 0 produces: one thread streams
+ * [128, 64] tiles of h and [256, 64] tiles of W by TMA into a ring of 4
+ * stages (48 KB each; full / empty mbarriers as in attention_wgmma.cu), and
+ * runs ahead into the next tile while the consumers finish the last.
+ * Warpgroups 1 and 2 each multiply 64 rows of h by the 256 rows of W with
+ * m64n256k16 wgmma (128 fp32 accumulators a thread), then apply the
+ * epilogue straight from registers:
+ *   LW_STATS (forward): per row, the tile's (max m, sum e^(z-m),
+ *     sum e^(z-m)(z-m)) over its valid columns, reduced across the 4
+ *     threads that share a row in a fixed order, stored as partials
+ *     [rows, tiles of N]; the target's own logit is stored where its
+ *     column falls. lmh_wg_merge (one warp a token) folds a row's partials
+ *     in a fixed order into lse, entropy and logprob (lmhead.cu's
+ *     formulas, the last step in double).
+ *   LW_DZ (backward): dz = inv_temp (dlogprob (onehot - p) - dentropy p
+ *     (log p + H)) as bf16 into a [rows, ldz] buffer, which lmhead.cu then
+ *     multiplies by W and h^T through cuBLASLt.
+ * Every order is fixed: the same inputs give the same bits. Taken on sm_90
+ * for C % 8 == 0 (TMA rows of 16-byte multiples; the last K tile reads
+ * zeros past C) and 16-byte aligned h and W; the host says 0 elsewhere and
+ * lmhead.cu runs its cuBLASLt path. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/wgmma_common.cuh"
+
+#define LW_BM 128   /* token rows a tile: two consumer warpgroups of 64 */
+#define LW_BN 256   /* vocabulary columns a tile: one m64n256 wgmma */
+#define LW_BK 64    /* K a stage: one 128-byte swizzle row of bf16 */
+#define LW_ST 4     /* stages in the ring */
+#define LW_GROUP 16 /* row tiles a group walks before the next columns */
+#define LW_THREADS 384
+#define LW_A_BYTES (LW_BM * LW_BK * 2)
+#define LW_STAGE (LW_A_BYTES + LW_BN * LW_BK * 2)
+#define LW_SMEM (LW_ST * LW_STAGE + 16 * LW_ST + 1024)
+
+enum { LW_STATS = 0, LW_DZ = 1 };
+
+struct lw_args {
+    int M, N, K;             /* token rows, vocabulary columns, C */
+    int n_base;              /* W row of column 0 (the backward's chunk) */
+    int t0;                  /* token of row 0 (the backward's token block) */
+    float inv_temp;
+    const int32_t *target;   /* [t0 + M] */
+    /* LW_STATS */
+    float *pm, *ps, *pa;     /* [M, ceil(N / LW_BN)] partials */
+    float *zt;               /* [M]: the target's logit */
+    /* LW_DZ */
+    bf16 *dz;                /* [M, ldz] */
+    int ldz;
+    const float *dlogprob, *dentropy, *lse, *entropy;
+};
+
+/* Tile idx of a grid of Mt x Nt: groups of LW_GROUP row tiles, columns
+ * outer within a group, so consecutive blocks share W's tile. */
+__device__ __forceinline__ void lw_tile(int idx, int Mt, int Nt, int &m, int &n) {
+    const int per = LW_GROUP * Nt, g = idx / per, r = idx - g * per;
+    const int gm = min(LW_GROUP, Mt - g * LW_GROUP);
+    m = g * LW_GROUP + r % gm;
+    n = r / gm;
+}
+
+#ifndef WG_NO_WGMMA
+/* Forward epilogue: the tile's partial statistics of one row (h2 picks the
+ * thread's first or second row of accumulators). */
+__device__ __forceinline__ void lw_stats_row(const lw_args &p, const float (&acc)[32][4], int h2, int r, int n,
+                                             int t4) {
+    const int n0 = n * LW_BN;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 32; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (n0 + j * 8 + 2 * t4 + e < p.N) mx = fmaxf(mx, acc[j][2 * h2 + e] * p.inv_temp);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    float s = 0.0f, a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (n0 + j * 8 + 2 * t4 + e < p.N) {
+                const float d = acc[j][2 * h2 + e] * p.inv_temp - mx, x = __expf(d);
+                s += x;
+                a = fmaf(x, d, a);
+            }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    a += __shfl_xor_sync(0xffffffffu, a, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    if (r >= p.M) return;
+    const int Nt = (p.N + LW_BN - 1) / LW_BN;
+    if (t4 == 0) {
+        const size_t i = (size_t)r * Nt + n;
+        p.pm[i] = mx, p.ps[i] = s, p.pa[i] = a;
+    }
+    const int c = p.target[p.t0 + r] - p.n_base - n0; /* the target's column in this tile */
+    if (c >= 0 && c < LW_BN && c < p.N - n0 && ((c & 7) >> 1) == t4) {
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            if ((c >> 3) == j) p.zt[r] = ((c & 1) ? acc[j][2 * h2 + 1] : acc[j][2 * h2]) * p.inv_temp;
+    }
+}
+
+/* Backward epilogue: one row's dz over the tile's valid columns. */
+__device__ __forceinline__ void lw_dz_row(const lw_args &p, const float (&acc)[32][4], int h2, int r, int n, int t4) {
+    if (r >= p.M) return;
+    const int t = p.t0 + r, tg = p.target[t], n0 = n * LW_BN;
+    const bool masked = tg < 0;
+    const float glp = masked ? 0.0f : p.dlogprob[t];
+    const float gent = (masked || !p.dentropy) ? 0.0f : p.dentropy[t];
+    const float H = p.dentropy ? p.entropy[t] : 0.0f, l = p.lse[t];
+    bf16 *out = p.dz + (size_t)r * p.ldz;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        const int col = n0 + j * 8 + 2 * t4;
+        if (col >= p.N) break;
+        float g[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            g[e] = 0.0f;
+            if (!masked && col + e < p.N) {
+                const float logp = acc[j][2 * h2 + e] * p.inv_temp - l, pr = __expf(logp);
+                g[e] = -glp * pr - gent * pr * (logp + H);
+                if (p.n_base + col + e == tg) g[e] += glp;
+                g[e] *= p.inv_temp;
+            }
+        }
+        *(__nv_bfloat162 *)(out + col) = __floats2bfloat162_rn(g[0], g[1]);
+    }
+}
+#endif
+
+template <int EPI>
+__global__ void __launch_bounds__(LW_THREADS, 1)
+    lmh_wg(lw_args p, const __grid_constant__ CUtensorMap map_h, const __grid_constant__ CUtensorMap map_w) {
+#ifdef WG_NO_WGMMA
+    __trap();
+#else
+    const uint32_t ring = smem_base(), full = ring + LW_ST * LW_STAGE, empty = full + 8 * LW_ST;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int Mt = (p.M + LW_BM - 1) / LW_BM, Nt = (p.N + LW_BN - 1) / LW_BN, tiles = Mt * Nt;
+    const int KB = (p.K + LW_BK - 1) / LW_BK;
+    if (tid == 0) {
+        for (int s = 0; s < LW_ST; s++) {
+            mbar_init(full + 8 * s, 1);  /* the producer's arrival, plus the bytes */
+            mbar_init(empty + 8 * s, 8); /* one arrival per consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp < 4) {
+        /* ---- producer: one thread streams the stages of every tile ---- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (tid != 0) return;
+        int it = 0;
+        for (int idx = blockIdx.x; idx < tiles; idx += gridDim.x) {
+            int m, n;
+            lw_tile(idx, Mt, Nt, m, n);
+            for (int kb = 0; kb < KB; kb++, it++) {
+                const int s = it % LW_ST;
+                stage_wait_empty(empty + 8 * s, it / LW_ST);
+                mbar_expect(full + 8 * s, LW_STAGE);
+                tma_load_2d(ring + s * LW_STAGE, &map_h, kb * LW_BK, m * LW_BM, full + 8 * s);
+                tma_load_2d(ring + s * LW_STAGE + LW_A_BYTES, &map_w, kb * LW_BK, p.n_base + n * LW_BN, full + 8 * s);
+            }
+        }
+        return;
+    }
+
+    /* ---- consumers: warpgroup wg takes rows 64 wg .. 64 wg + 63 of a tile ---- */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = warp - 4, wg = cw >> 2, g = lane >> 2, t4 = lane & 3;
+    const int row = wg * 64 + (cw & 3) * 16 + g; /* and row + 8 */
+    float acc[32][4];
+    zero(acc);
+    int it = 0;
+    for (int idx = blockIdx.x; idx < tiles; idx += gridDim.x) {
+        int m, n;
+        lw_tile(idx, Mt, Nt, m, n);
+        for (int kb = 0; kb < KB; kb++, it++) {
+            const int s = it % LW_ST;
+            mbar_wait(full + 8 * s, (it / LW_ST) & 1);
+            const uint32_t ta = ring + s * LW_STAGE + wg * 64 * 128, tw = ring + s * LW_STAGE + LW_A_BYTES;
+            reg_fence(acc);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < LW_BK / 16; kk++)
+                wg_ss_n256(acc, desc_k<64>(ta, kk), desc_k<LW_BN>(tw, kk), kb > 0 || kk > 0);
+            wg_commit();
+            wg_wait<1>();
+            reg_fence(acc);
+            if (kb > 0) stage_release(empty + 8 * ((it - 1) % LW_ST));
+        }
+        wg_wait<0>();
+        reg_fence(acc);
+        stage_release(empty + 8 * ((it - 1) % LW_ST));
+        const int r0 = m * LW_BM + row;
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            if constexpr (EPI == LW_STATS) lw_stats_row(p, acc, h2, r0 + 8 * h2, n, t4);
+            else lw_dz_row(p, acc, h2, r0 + 8 * h2, n, t4);
+        }
+    }
+#endif
+}
+
+/* One warp a token: its Nt partials folded in lane-strided order, then a
+ * fixed xor tree; lane 0 writes the token's lse, entropy and logprob. */
+struct lw_stat {
+    float m, s, a;
+};
+
+__device__ __forceinline__ lw_stat lw_merge(lw_stat x, lw_stat y) {
+    if (y.s == 0.0f) return x;
+    if (x.s == 0.0f) return y;
+    const float m = fmaxf(x.m, y.m);
+    const float dx = x.m - m, dy = y.m - m, cx = __expf(dx), cy = __expf(dy);
+    lw_stat r;
+    r.m = m;
+    r.s = cx * x.s + cy * y.s;
+    r.a = cx * (x.a + x.s * dx) + cy * (y.a + y.s * dy);
+    return r;
+}
+
+__global__ void __launch_bounds__(256)
+    lmh_wg_merge(const float *__restrict__ pm, const float *__restrict__ ps, const float *__restrict__ pa, int Nt,
+                 int T, int V, const int32_t *__restrict__ target, float *__restrict__ lse,
+                 float *__restrict__ entropy, float *__restrict__ logprob) {
+    const int t = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= T) return;
+    lw_stat st = {-INFINITY, 0.0f, 0.0f};
+    for (int j = lane; j < Nt; j += 32) {
+        const size_t i = (size_t)t * Nt + j;
+        const lw_stat y = {pm[i], ps[i], pa[i]};
+        st = lw_merge(st, y);
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        lw_stat y;
+        y.m = __shfl_xor_sync(0xffffffffu, st.m, o);
+        y.s = __shfl_xor_sync(0xffffffffu, st.s, o);
+        y.a = __shfl_xor_sync(0xffffffffu, st.a, o);
+        st = lw_merge(st, y);
+    }
+    if (lane != 0) return;
+    const int tg = target[t];
+    if (tg >= V) {
+        printf("lmhead_forward: target[%d] = %d is outside the vocabulary of %d\n", t, tg, V);
+        __trap();
+    }
+    const double ls = log((double)st.s), l = st.m + ls, a = (double)st.a / st.s - ls;
+    lse[t] = (float)l;
+    if (entropy) entropy[t] = (float)-a;
+    logprob[t] = tg >= 0 ? (float)((double)logprob[t] - l) : 0.0f;
+}
+
+/* ---- host ------------------------------------------------------------------------------ */
+
+/* Whether the kernel serves these operands (ops_tuning.lmhead_kernel 0). */
+extern "C" int cuda_lmhead_wgmma_fits(const ops_ctx *ctx, const void *h, const void *W, int C) {
+    const int pin = ctx->tuning.lmhead_kernel;
+    if (pin != 0 && pin != -1) DK_ABORT("ops_tuning.lmhead_kernel = %d: expected 0 (chosen) or -1 (cuBLASLt)", pin);
+    return pin == 0 && C >= 8 && C % 8 == 0 && is_aligned16(h) && is_aligned16(W) && cuda_is_sm90(ctx);
+}
+
+template <int EPI>
+static void lw_launch(ops_ctx *ctx, const lw_args &p, const bf16 *h, const bf16 *W, int V) {
+    const int tiles = ((p.M + LW_BM - 1) / LW_BM) * ((p.N + LW_BN - 1) / LW_BN);
+    cuda_kernel_per_sm(ctx, (const void *)lmh_wg<EPI>, LW_THREADS, LW_SMEM); /* sets the shared-memory limit */
+    const int sms = cuda_sm_count(ctx), grid = tiles < sms ? tiles : sms;
+    const CUtensorMap mh = tmap_rows(h, p.K, p.M, LW_BM), mw = tmap_rows(W, p.K, V, LW_BN);
+    lmh_wg<EPI><<<grid, LW_THREADS, LW_SMEM, ctx_stream(ctx)>>>(p, mh, mw);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* Bytes of scratch the one-kernel forward needs: the partials. */
+extern "C" size_t cuda_lmhead_wgmma_fwd_scratch(int T, int V) {
+    return (size_t)3 * T * ((V + LW_BN - 1) / LW_BN) * sizeof(float);
+}
+
+/* The forward of lmhead.cu in one GEMM kernel and a merge; 0 where it does
+ * not apply (the caller runs the cuBLASLt path). */
+extern "C" int cuda_lmhead_forward_wgmma(ops_ctx *ctx, float *logprob, float *entropy, float *lse, const void *h,
+                                         const void *W, const int32_t *target, int T, int C, int V,
+                                         float inv_temp) {
+    if (!cuda_lmhead_wgmma_fits(ctx, h, W, C)) return 0;
+    const int Nt = (V + LW_BN - 1) / LW_BN;
+    const size_t per = (size_t)T * Nt;
+    if (cuda_lmhead_wgmma_fwd_scratch(T, V) > ctx->scratch_size) return 0;
+    float *pm = (float *)ctx->scratch;
+    lw_args p;
+    memset(&p, 0, sizeof p);
+    p.M = T, p.N = V, p.K = C, p.inv_temp = inv_temp, p.target = target;
+    p.pm = pm, p.ps = pm + per, p.pa = pm + 2 * per, p.zt = logprob;
+    lw_launch<LW_STATS>(ctx, p, (const bf16 *)h, (const bf16 *)W, V);
+    lmh_wg_merge<<<(T + 7) / 8, 256, 0, ctx_stream(ctx)>>>(p.pm, p.ps, p.pa, Nt, T, V, target, lse, entropy, logprob);
+    CUDA_LAUNCH_CHECK();
+    return 1;
+}
+
+/* dz[r, c] (bf16, row stride ldz) of tokens t0 .. t0 + rows - 1 (h points at
+ * token t0) and vocabulary columns c0 .. c0 + n - 1; 0 where the kernel
+ * does not apply. */
+extern "C" int cuda_lmhead_dz_wgmma(ops_ctx *ctx, void *dz, int ldz, const float *dlogprob, const float *dentropy,
+                                    const void *h, const void *W, const int32_t *target, const float *lse,
+                                    const float *entropy, int t0, int rows, int C, int V, int c0, int n,
+                                    float inv_temp) {
+    if (!cuda_lmhead_wgmma_fits(ctx, h, W, C) || ldz % 2 || !is_aligned16(dz)) return 0;
+    lw_args p;
+    memset(&p, 0, sizeof p);
+    p.M = rows, p.N = n, p.K = C, p.n_base = c0, p.t0 = t0, p.inv_temp = inv_temp, p.target = target;
+    p.dz = (bf16 *)dz, p.ldz = ldz, p.dlogprob = dlogprob, p.dentropy = dentropy, p.lse = lse, p.entropy = entropy;
+    lw_launch<LW_DZ>(ctx, p, (const bf16 *)h, (const bf16 *)W, V);
+    return 1;
+}
