@@ -40,7 +40,7 @@
  * lmhead_wgmma.cu's kernel instead, which reduces the logits in registers:
  * the forward is one launch over all V columns plus a merge, with its
  * partial statistics in scratch; the backward writes bf16 dz straight from
- * the recomputed logits (lmh_backward_wgmma below), then the same two
+ * the recomputed logits (lmh_backward_blocks below), then the same two
  * GEMMs. What follows describes the cuBLASLt path the other cases take.
  *
  * The GEMMs go through cuBLASLt directly rather than ops_matmul because dz
@@ -52,7 +52,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/cuda_common.cuh"
+#include "kernels/lmhead_common.cuh"
 
 #define LMH_THREADS 256
 #define LMH_EPT 8 /* fp32 values per thread per segment of the in-place dz pass */
@@ -166,32 +166,6 @@ static void lmh_gemm(ops_ctx *ctx, int M, int N, int K, const bf16 *A, int lda, 
 
 /* ---- forward statistics ------------------------------------------------------------ */
 
-/* Running (max m, s = sum e^(z-m), a = sum e^(z-m) (z-m)) of a set of
- * logits; s == 0 marks the empty set. */
-struct lmh_stat {
-    float m, s, a;
-};
-
-__device__ __forceinline__ lmh_stat lmh_merge(lmh_stat x, lmh_stat y) {
-    if (y.s == 0.0f) return x;
-    if (x.s == 0.0f) return y;
-    const float m = fmaxf(x.m, y.m);
-    const float dx = x.m - m, dy = y.m - m, cx = __expf(dx), cy = __expf(dy);
-    lmh_stat r;
-    r.m = m;
-    r.s = cx * x.s + cy * y.s;
-    r.a = cx * (x.a + x.s * dx) + cy * (y.a + y.s * dy);
-    return r;
-}
-
-__device__ __forceinline__ lmh_stat lmh_shfl(lmh_stat x, int o) {
-    lmh_stat r;
-    r.m = __shfl_xor_sync(0xffffffffu, x.m, o);
-    r.s = __shfl_xor_sync(0xffffffffu, x.s, o);
-    r.a = __shfl_xor_sync(0xffffffffu, x.a, o);
-    return r;
-}
-
 /* One block per token: folds chunk [c0, c0 + n) of its logits into the
  * running statistics; the last chunk writes the final values. */
 __global__ void __launch_bounds__(LMH_THREADS)
@@ -231,8 +205,8 @@ __global__ void __launch_bounds__(LMH_THREADS)
         __trap();
     }
     /* This chunk alone: l2 = logsumexp, a2 = sum p (z - l2). */
-    const double ls = log((double)st.s);
-    double l = st.m + ls, a = (double)st.a / st.s - ls;
+    double l, a;
+    lmh_finish(st, &l, &a);
     if (!first) {
         const double l1 = lse[t], a1 = entropy ? entropy[t] : 0.0;
         const double lm = fmax(l1, l) + log1p(exp(-fabs(l1 - l)));
@@ -320,42 +294,42 @@ extern "C" void cuda_lmhead_forward(ops_ctx *ctx, float *logprob, float *entropy
     }
 }
 
-/* The backward with dz from lmhead_wgmma.cu's kernel: per token block and
- * chunk of n columns it writes bf16 dz [Tb, ldz] (ldz = n rounded up to 8)
- * straight from the recomputed logits, then the same two GEMMs as below.
- * The scratch holds dz and the fp32 dh accumulator [Tb, C]: 2 ldz + 4 C
- * bytes a token against the other path's 4 n + 4 C, so Tb is at least as
- * large.
- * 0 where the kernel does not apply. */
-static int lmh_backward_wgmma(ops_ctx *ctx, void *dh, float *dW, const float *dlogprob, const float *dentropy,
-                              const void *h, const void *W, const int32_t *target, const float *lse,
-                              const float *entropy, int T, int C, int V, float inv_temp, int chunk) {
-    if (!cuda_lmhead_wgmma_fits(ctx, h, W, C)) return 0;
-    const size_t n = chunk < V ? (size_t)chunk : (size_t)V, ldz = (n + 7) / 8 * 8;
-    const size_t per_token = 4 * (size_t)C + 2 * ldz, most = ctx->scratch_size / per_token;
-    if (most < 1) return 0;
-    /* Blocks of equal size: a model's scratch of T x chunk floats holds
-     * all T tokens at C <= chunk / 2 exactly, and a larger C splits them
-     * evenly rather than leaving a short last block of GEMMs. */
-    const size_t blocks = ((size_t)T + most - 1) / most, Tb = ((size_t)T + blocks - 1) / blocks;
-    bf16 *dz = (bf16 *)ctx->scratch; /* first: ldz is a multiple of 8, so dh32 starts 16-byte aligned */
-    float *dh32 = (float *)((char *)ctx->scratch + Tb * ldz * sizeof(bf16));
-    const bf16 *hb = (const bf16 *)h, *Wb = (const bf16 *)W;
+/* The recomputing backward, per block of Tb tokens and chunk of n columns:
+ * dz (bf16), then dh32 (+)= dz W_c and dW_c += dz^T h, and dh = dh32 once
+ * per block. wg: lmhead_wgmma.cu's kernel writes dz into dz_buf (row stride
+ * ldz) straight from the recomputed logits; otherwise cuBLASLt writes the
+ * fp32 logits into dz_buf and lmh_bwd_dz turns them into dz in place (row
+ * stride 2 nc over the fp32 rows). */
+static void lmh_backward_blocks(ops_ctx *ctx, int wg, size_t Tb, size_t n, void *dz_buf, size_t ldz, float *dh32,
+                                void *dh, float *dW, const float *dlogprob, const float *dentropy, const void *h,
+                                const void *W, const int32_t *target, const float *lse, const float *entropy, int T,
+                                int C, int V, float inv_temp) {
+    const bf16 *hb = (const bf16 *)h, *Wb = (const bf16 *)W, *dz = (const bf16 *)dz_buf;
     bf16 *dhb = (bf16 *)dh;
     for (size_t t0 = 0; t0 < (size_t)T; t0 += Tb) {
         const int tb = (int)((size_t)T - t0 < Tb ? (size_t)T - t0 : Tb);
         const bf16 *ht = hb + t0 * C;
         for (size_t c0 = 0; c0 < (size_t)V; c0 += n) {
             const int nc = (int)((size_t)V - c0 < n ? (size_t)V - c0 : n);
-            if (!cuda_lmhead_dz_wgmma(ctx, dz, (int)ldz, dlogprob, dentropy, ht, W, target, lse, entropy, (int)t0, tb,
-                                      C, V, (int)c0, nc, inv_temp))
-                DK_ABORT("lmhead_backward: the wgmma dz kernel refused operands it accepted");
-            lmh_gemm(ctx, tb, C, nc, dz, (int)ldz, 0, Wb + c0 * C, C, 0, dh32, 1, C, 1.0f, c0 == 0 ? 0.0f : 1.0f);
-            lmh_gemm(ctx, nc, C, tb, dz, (int)ldz, 1, ht, C, 0, dW + c0 * C, 1, C, 1.0f, 1.0f);
+            const bf16 *Wc = Wb + c0 * C;
+            int ld = (int)ldz;
+            if (wg) {
+                if (!cuda_lmhead_dz_wgmma(ctx, dz_buf, ld, dlogprob, dentropy, ht, W, target, lse, entropy, (int)t0,
+                                          tb, C, V, (int)c0, nc, inv_temp))
+                    DK_ABORT("lmhead_backward: the wgmma dz kernel refused operands it accepted");
+            } else {
+                float *Z = (float *)dz_buf;
+                ld = 2 * nc;
+                lmh_gemm(ctx, tb, nc, C, ht, C, 0, Wc, C, 1, Z, 1, nc, inv_temp, 0.0f);
+                lmh_bwd_dz<<<tb, LMH_THREADS, 0, ctx_stream(ctx)>>>(Z, nc, (int)t0, (int)c0, dlogprob, dentropy, lse,
+                                                                    entropy, target, inv_temp);
+                CUDA_LAUNCH_CHECK();
+            }
+            lmh_gemm(ctx, tb, C, nc, dz, ld, 0, Wc, C, 0, dh32, 1, C, 1.0f, c0 == 0 ? 0.0f : 1.0f);
+            lmh_gemm(ctx, nc, C, tb, dz, ld, 1, ht, C, 0, dW + c0 * C, 1, C, 1.0f, 1.0f);
         }
         cuda_cast_f32_to_act(ctx, dhb + t0 * C, dh32, (size_t)tb * C);
     }
-    return 1;
 }
 
 extern "C" void cuda_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const float *dlogprob, const float *dentropy,
@@ -374,17 +348,32 @@ extern "C" void cuda_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const fl
         lmh_gemm(ctx, V, C, T, dz, 2 * V, 1, (const bf16 *)h, C, 0, dW, 1, C, 1.0f, 1.0f);
         return;
     }
-    if (lmh_backward_wgmma(ctx, dh, dW, dlogprob, dentropy, h, W, target, lse, entropy, T, C, V, inv_temp, chunk))
-        return;
+    const size_t n = chunk < V ? (size_t)chunk : (size_t)V;
+    if (cuda_lmhead_wgmma_fits(ctx, h, W, C)) {
+        /* dz [Tb, ldz] (ldz = n rounded up to 8) first, so that the fp32 dh
+         * accumulator [Tb, C] after it starts 16-byte aligned: 2 ldz + 4 C
+         * bytes a token against the other path's 4 n + 4 C. Blocks of equal
+         * size: a model's scratch of T x chunk floats holds all T tokens at
+         * C <= chunk / 2 exactly, and a larger C splits them evenly rather
+         * than leaving a short last block of GEMMs. */
+        const size_t ldz = (n + 7) / 8 * 8, most = ctx->scratch_size / (4 * (size_t)C + 2 * ldz);
+        if (most >= 1) {
+            const size_t blocks = ((size_t)T + most - 1) / most, Tb = ((size_t)T + blocks - 1) / blocks;
+            float *dh32 = (float *)((char *)ctx->scratch + Tb * ldz * sizeof(bf16));
+            lmh_backward_blocks(ctx, 1, Tb, n, ctx->scratch, ldz, dh32, dh, dW, dlogprob, dentropy, h, W, target, lse,
+                                entropy, T, C, V, inv_temp);
+            return;
+        }
+    }
     /* Split the scratch into the fp32 dh accumulator [Tb, C] and the logit
      * block [Tb, n] (64 floats of slack keep the second 256-byte aligned). */
     const size_t F = ctx->scratch_size / sizeof(float);
-    size_t n = chunk < V ? (size_t)chunk : (size_t)V;
-    size_t Tb = F > 64 ? (F - 64) / ((size_t)C + n) : 0;
+    size_t nz = n;
+    size_t Tb = F > 64 ? (F - 64) / ((size_t)C + nz) : 0;
     if (Tb < 1) {
         Tb = 1;
-        n = F > (size_t)C + 64 ? F - (size_t)C - 64 : 0;
-        if (n < 1)
+        nz = F > (size_t)C + 64 ? F - (size_t)C - 64 : 0;
+        if (nz < 1)
             DK_ABORT("lmhead_backward: scratch holds %zu bytes, needs at least %zu (one token's fp32 dh row of C=%d "
                      "plus one logit column)",
                      ctx->scratch_size, ((size_t)C + 65) * sizeof(float), C);
@@ -392,22 +381,6 @@ extern "C" void cuda_lmhead_backward(ops_ctx *ctx, void *dh, float *dW, const fl
     if (Tb > (size_t)T) Tb = (size_t)T;
     float *dh32 = (float *)ctx->scratch;
     float *Z = dh32 + ((Tb * (size_t)C + 63) / 64) * 64;
-    const bf16 *hb = (const bf16 *)h, *Wb = (const bf16 *)W;
-    bf16 *dhb = (bf16 *)dh;
-    for (size_t t0 = 0; t0 < (size_t)T; t0 += Tb) {
-        const int tb = (int)((size_t)T - t0 < Tb ? (size_t)T - t0 : Tb);
-        const bf16 *ht = hb + t0 * C;
-        for (size_t c0 = 0; c0 < (size_t)V; c0 += n) {
-            const int nc = (int)((size_t)V - c0 < n ? (size_t)V - c0 : n);
-            const bf16 *Wc = Wb + c0 * C;
-            const bf16 *dz = (const bf16 *)Z; /* bf16 rows of stride 2 nc over the fp32 rows */
-            lmh_gemm(ctx, tb, nc, C, ht, C, 0, Wc, C, 1, Z, 1, nc, inv_temp, 0.0f);
-            lmh_bwd_dz<<<tb, LMH_THREADS, 0, ctx_stream(ctx)>>>(Z, nc, (int)t0, (int)c0, dlogprob, dentropy, lse,
-                                                                entropy, target, inv_temp);
-            CUDA_LAUNCH_CHECK();
-            lmh_gemm(ctx, tb, C, nc, dz, 2 * nc, 0, Wc, C, 0, dh32, 1, C, 1.0f, c0 == 0 ? 0.0f : 1.0f);
-            lmh_gemm(ctx, nc, C, tb, dz, 2 * nc, 1, ht, C, 0, dW + c0 * C, 1, C, 1.0f, 1.0f);
-        }
-        cuda_cast_f32_to_act(ctx, dhb + t0 * C, dh32, (size_t)tb * C);
-    }
+    lmh_backward_blocks(ctx, 0, Tb, nz, Z, 0, dh32, dh, dW, dlogprob, dentropy, h, W, target, lse, entropy, T, C, V,
+                        inv_temp);
 }

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/lmhead_common.cuh"
 #include "kernels/wgmma_common.cuh"
 
 #define LW_BM 128   /* token rows a tile: two consumer warpgroups of 64 */
@@ -221,49 +222,27 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 
 /* One warp a token: its Nt partials folded in lane-strided order, then a
  * fixed xor tree; lane 0 writes the token's lse, entropy and logprob. */
-struct lw_stat {
-    float m, s, a;
-};
-
-__device__ __forceinline__ lw_stat lw_merge(lw_stat x, lw_stat y) {
-    if (y.s == 0.0f) return x;
-    if (x.s == 0.0f) return y;
-    const float m = fmaxf(x.m, y.m);
-    const float dx = x.m - m, dy = y.m - m, cx = __expf(dx), cy = __expf(dy);
-    lw_stat r;
-    r.m = m;
-    r.s = cx * x.s + cy * y.s;
-    r.a = cx * (x.a + x.s * dx) + cy * (y.a + y.s * dy);
-    return r;
-}
-
 __global__ void __launch_bounds__(256)
     lmh_wg_merge(const float *__restrict__ pm, const float *__restrict__ ps, const float *__restrict__ pa, int Nt,
                  int T, int V, const int32_t *__restrict__ target, float *__restrict__ lse,
                  float *__restrict__ entropy, float *__restrict__ logprob) {
     const int t = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= T) return;
-    lw_stat st = {-INFINITY, 0.0f, 0.0f};
+    lmh_stat st = {-INFINITY, 0.0f, 0.0f};
     for (int j = lane; j < Nt; j += 32) {
         const size_t i = (size_t)t * Nt + j;
-        const lw_stat y = {pm[i], ps[i], pa[i]};
-        st = lw_merge(st, y);
+        st = lmh_merge(st, lmh_stat{pm[i], ps[i], pa[i]});
     }
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        lw_stat y;
-        y.m = __shfl_xor_sync(0xffffffffu, st.m, o);
-        y.s = __shfl_xor_sync(0xffffffffu, st.s, o);
-        y.a = __shfl_xor_sync(0xffffffffu, st.a, o);
-        st = lw_merge(st, y);
-    }
+    for (int o = 1; o < 32; o <<= 1) st = lmh_merge(st, lmh_shfl(st, o));
     if (lane != 0) return;
     const int tg = target[t];
     if (tg >= V) {
         printf("lmhead_forward: target[%d] = %d is outside the vocabulary of %d\n", t, tg, V);
         __trap();
     }
-    const double ls = log((double)st.s), l = st.m + ls, a = (double)st.a / st.s - ls;
+    double l, a;
+    lmh_finish(st, &l, &a);
     lse[t] = (float)l;
     if (entropy) entropy[t] = (float)-a;
     logprob[t] = tg >= 0 ? (float)((double)logprob[t] - l) : 0.0f;
