@@ -30,7 +30,13 @@ names = ("one", "nccl1", "two_a", "two_b")
 rows = {k: [json.loads(l) for l in open(f"{d}/{k}/metrics.jsonl")] for k in names}
 assert all(len(r) == 10 for r in rows.values()), {k: len(r) for k, r in rows.items()}
 keys = ("reward_mean", "loss", "grad_norm")
-def same(a, b): return all(x[k] == y[k] for x, y in zip(rows[a], rows[b]) for k in keys)
+def same(a, b):
+    for i, (x, y) in enumerate(zip(rows[a], rows[b])):
+        bad = [f"{k} {x[k]!r} vs {y[k]!r}" for k in keys if x[k] != y[k]]
+        if bad:
+            print(f"  {a} vs {b}: first difference at step {i + 1}: " + "; ".join(bad))
+            return False
+    return True
 ok = True
 s = same("one", "nccl1")
 print(f"nccl at world 1 vs unsharded: bit-identical = {s}")
