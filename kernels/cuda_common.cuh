@@ -60,6 +60,10 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
 /* Drops matmul.cu's cache of cuBLASLt descriptors and algorithms; memory.cu
  * calls it when the last context is freed. */
 void cuda_matmul_cache_clear(void);
+/* Orders every copy queued on the ctx's copy lanes from now on after the
+ * work queued on its stream so far (event.cu); cuda_alloc calls it behind
+ * its zeroing, so that a lane's first copy into new memory lands after it. */
+void cuda_lanes_follow(ops_ctx *ctx);
 
 /* Scratch of at least `bytes`, or an abort that names the op: the context
  * reserves CUDA_MIN_SCRATCH, which covers every op's need at model sizes. */

@@ -33,7 +33,26 @@ extern "C" void cuda_event_free(ops_ctx *ctx, ops_event *e) {
     free(e);
 }
 
-/* Lane i (0 up, 1 down) and its join event, made on first use. */
+/* Lane i waits, from its next copy on, for the work queued on the ctx's
+ * stream so far. Not while the stream is being captured (ops_graph_capture):
+ * the wait would pull the lane into the capture, and what the capture
+ * queues runs only when the graph does. */
+static void lane_follow(ops_ctx *ctx, int i) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(ctx_stream(ctx), &cs));
+    if (cs != cudaStreamCaptureStatusNone) return;
+    CUDA_CHECK(cudaEventRecord((cudaEvent_t)ctx->lane_ev[i], ctx_stream(ctx)));
+    CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)ctx->lane[i], (cudaEvent_t)ctx->lane_ev[i], 0));
+}
+
+/* Lane i (0 up, 1 down) and its join event, made on first use behind the
+ * work queued so far. An upload copies at once, beside the stream; what it
+ * overwrites must be free of queued ops, and memory from ops_alloc is not
+ * until its zeroing has run: made or already there, a lane follows every
+ * allocation (cuda_lanes_follow). Without that, the first upload into a
+ * fresh buffer (a new generation engine's step metadata) could land before
+ * the zeroing queued behind the stream's other work, which then wiped it:
+ * how far behind depends on timing, most of all where ranks share a GPU. */
 static cudaStream_t lane(ops_ctx *ctx, int i) {
     if (!ctx->lane[i]) {
         cudaStream_t s = NULL;
@@ -42,8 +61,14 @@ static cudaStream_t lane(ops_ctx *ctx, int i) {
         CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
         ctx->lane[i] = s;
         ctx->lane_ev[i] = ev;
+        lane_follow(ctx, i);
     }
     return (cudaStream_t)ctx->lane[i];
+}
+
+void cuda_lanes_follow(ops_ctx *ctx) {
+    for (int i = 0; i < 2; i++)
+        if (ctx->lane[i]) lane_follow(ctx, i);
 }
 
 extern "C" void cuda_upload_lane(ops_ctx *ctx, void *dst, const void *src_host, size_t bytes) {

@@ -166,6 +166,7 @@ extern "C" void *cuda_alloc(ops_ctx *ctx, size_t bytes) {
                  cudaGetErrorString(e), free_b, total_b);
     }
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_stream(ctx)));
+    cuda_lanes_follow(ctx); /* a copy lane's first write into p lands after the zeroing */
     mem_count_add(ctx, p, bytes);
     return p;
 }

@@ -50,7 +50,8 @@ DK_OP(event_free, (ops_ctx *ctx, ops_event *e), (ctx, e))
  * from ops_host_alloc, left alone until the copy is known to be done.
  *   ops_upload_lane:   src_host to dst at once; ops queued on the context
  *                      after the call wait for it, ops queued before it do
- *                      not (dst must be free of them).
+ *                      not (dst must be free of them; ops_alloc's zeroing
+ *                      is always ordered before a lane's later copies).
  *   ops_download_lane: src to dst_host once the ops queued so far have
  *                      finished; `done` is recorded behind it; ops queued
  *                      after the call do not wait for it. */
