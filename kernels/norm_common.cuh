@@ -45,6 +45,8 @@ struct norm_rope {
     int heads;
     float theta;
 };
+/* What the kernels take where there is no rotation (their RP is false). */
+static constexpr norm_rope NORM_NO_ROPE = {NULL, 1, 0.0f};
 
 static inline bool norm_rope_fits(int tpr, int vpl, int C) {
     return tpr > 0 && vpl % 2 == 0 && C / 8 == vpl * tpr && C / 2 <= ROPE_MAX_HALF;
@@ -455,10 +457,9 @@ static void norm_fwd_vec_launch(const ops_ctx *ctx, size_t work, int block, cuda
             return;
         }
     }
-    const norm_rope none = {NULL, 1, 0.0f};
     unsigned grid = grid_resident(ctx, norm_fwd_vec<VPL, LN, false>, block, 0, work);
     cuda_launch_pdl(st, cuda_pdl_rows(ctx, N), norm_fwd_vec<VPL, LN, false>, dim3(grid), dim3(block), 0,
-                    o, mean, rstd, xb, wb, bb, N, C, eps, tpr, none);
+                    o, mean, rstd, xb, wb, bb, N, C, eps, tpr, NORM_NO_ROPE);
 }
 
 /* rope: also rotate the output (RMSNorm only); then returns 0 without
@@ -530,7 +531,7 @@ static int norm_backward(ops_ctx *ctx, void *dx, float *dw, float *db, const voi
     if (!tpr) tpr = norm_plan(C, &vpl);
     if (tpr && !(is_aligned16(dx) && is_aligned16(dout) && is_aligned16(x) && is_aligned16(w))) tpr = 0;
     if (rope && (LN || acc || !norm_rope_fits(tpr, vpl, C))) return 0;
-    const norm_rope rp = rope ? *rope : norm_rope{NULL, 1, 0.0f};
+    const norm_rope rp = rope ? *rope : NORM_NO_ROPE;
     bf16 *d = (bf16 *)dx;
     const bf16 *g = (const bf16 *)dout, *xb = (const bf16 *)x, *wb = (const bf16 *)w;
     const size_t row_bytes = (size_t)C * sizeof(float) * (with_b ? 2 : 1);
