@@ -200,10 +200,7 @@ __global__ void __launch_bounds__(LMH_THREADS)
     for (int w = 1; w < LMH_THREADS / 32; w++) st = lmh_merge(st, sh[w]);
 
     const int tg = target[t];
-    if (tg >= V) {
-        printf("lmhead_forward: target[%d] = %d is outside the vocabulary of %d\n", t, tg, V);
-        __trap();
-    }
+    lmh_check_target(t, tg, V);
     /* This chunk alone: l2 = logsumexp, a2 = sum p (z - l2). */
     double l, a;
     lmh_finish(st, &l, &a);

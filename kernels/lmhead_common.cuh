@@ -5,6 +5,7 @@
 #define DK_LMHEAD_COMMON_CUH
 
 #include <math.h>
+#include <stdio.h>
 
 #include "kernels/cuda_common.cuh"
 
@@ -39,6 +40,15 @@ __device__ __forceinline__ void lmh_finish(lmh_stat st, double *l, double *a) {
     const double ls = log((double)st.s);
     *l = st.m + ls;
     *a = (double)st.a / st.s - ls;
+}
+
+/* A forward's target past the vocabulary stops the kernel, naming it
+ * (negative targets are masked tokens). */
+__device__ __forceinline__ void lmh_check_target(int t, int tg, int V) {
+    if (tg >= V) {
+        printf("lmhead_forward: target[%d] = %d is outside the vocabulary of %d\n", t, tg, V);
+        __trap();
+    }
 }
 
 #endif

@@ -237,10 +237,7 @@ __global__ void __launch_bounds__(256)
     for (int o = 1; o < 32; o <<= 1) st = lmh_merge(st, lmh_shfl(st, o));
     if (lane != 0) return;
     const int tg = target[t];
-    if (tg >= V) {
-        printf("lmhead_forward: target[%d] = %d is outside the vocabulary of %d\n", t, tg, V);
-        __trap();
-    }
+    lmh_check_target(t, tg, V);
     double l, a;
     lmh_finish(st, &l, &a);
     lse[t] = (float)l;
