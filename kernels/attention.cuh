@@ -22,18 +22,7 @@
 #define ATTN_FORCE_MMA 0
 #endif
 
-#define LOG2E_F 1.4426950408889634f
-#define LN2_F 0.6931471805599453f
-
-/* ---- small device helpers ------------------------------------------------------ */
-
-/* 2^x on the special-function unit; flushes denormal results to zero, which
- * is harmless for probabilities and saves exp2f's rescaling. exp2(-inf) = 0. */
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
+/* ---- small device helpers (fast_exp2, LOG2E_F: cuda_common.cuh) ----------------- */
 
 /* The accumulators of n-tiles 2kk and 2kk+1 (16 columns) of a 16-row strip,
  * repacked as the A fragment of the next mma over those 16 columns. */

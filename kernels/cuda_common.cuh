@@ -135,6 +135,17 @@ __device__ __forceinline__ float rope_inv_freq_at(int i, int D, float theta) {
     return 1.0f / (float)pow((double)theta, (double)expo);
 }
 
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+
+/* 2^x on the special-function unit; flushes denormal results to zero, which
+ * is harmless for probabilities and saves exp2f's rescaling. exp2(-inf) = 0. */
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* 8 bf16 in one 16-byte register group. */
 union bf16x8 {
     uint4 u;

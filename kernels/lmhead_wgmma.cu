@@ -76,37 +76,44 @@ __device__ __forceinline__ void lw_tile(int idx, int Mt, int Nt, int &m, int &n)
 
 #ifndef WG_NO_WGMMA
 /* Forward epilogue: the tile's partial statistics of one row (h2 picks the
- * thread's first or second row of accumulators). */
+ * thread's first or second row of accumulators). Per logit one FFMA, one
+ * ex2 and two adds, in base 2: the max is taken on the raw products (the
+ * scaling by inv_temp > 0 commutes with it exactly), d2 = (z - m) log2 e
+ * is one FFMA, and a = ln 2 sum x d2. A tile wholly inside N skips the
+ * column test. (Two chains of sums spilled registers.) */
 __device__ __forceinline__ void lw_stats_row(const lw_args &p, const float (&acc)[32][4], int h2, int r, int n,
                                              int t4) {
     const int n0 = n * LW_BN;
-    float mx = -INFINITY;
+    const bool whole = n0 + LW_BN <= p.N;
+    float mr = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 32; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            if (n0 + j * 8 + 2 * t4 + e < p.N) mx = fmaxf(mx, acc[j][2 * h2 + e] * p.inv_temp);
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    float s = 0.0f, a = 0.0f;
+            if (whole || n0 + j * 8 + 2 * t4 + e < p.N) mr = fmaxf(mr, acc[j][2 * h2 + e]);
+    mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, 1));
+    mr = fmaxf(mr, __shfl_xor_sync(0xffffffffu, mr, 2));
+    const float mx = mr * p.inv_temp, c2 = p.inv_temp * LOG2E_F, m2 = mr * c2;
+    float ss = 0.0f, aa = 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            if (n0 + j * 8 + 2 * t4 + e < p.N) {
-                const float d = acc[j][2 * h2 + e] * p.inv_temp - mx, x = __expf(d);
-                s += x;
-                a = fmaf(x, d, a);
+            if (whole || n0 + j * 8 + 2 * t4 + e < p.N) {
+                const float d2 = fmaf(acc[j][2 * h2 + e], c2, -m2), x = fast_exp2(d2);
+                ss += x;
+                aa = fmaf(x, d2, aa);
             }
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    a += __shfl_xor_sync(0xffffffffu, a, 1);
-    s += __shfl_xor_sync(0xffffffffu, s, 2);
-    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    aa *= LN2_F;
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    aa += __shfl_xor_sync(0xffffffffu, aa, 1);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    aa += __shfl_xor_sync(0xffffffffu, aa, 2);
     if (r >= p.M) return;
     const int Nt = (p.N + LW_BN - 1) / LW_BN;
     if (t4 == 0) {
         const size_t i = (size_t)r * Nt + n;
-        p.pm[i] = mx, p.ps[i] = s, p.pa[i] = a;
+        p.pm[i] = mx, p.ps[i] = ss, p.pa[i] = aa;
     }
     const int c = p.target[p.t0 + r] - p.n_base - n0; /* the target's column in this tile */
     if (c >= 0 && c < LW_BN && c < p.N - n0 && ((c & 7) >> 1) == t4) {
@@ -274,7 +281,7 @@ extern "C" size_t cuda_lmhead_wgmma_fwd_scratch(int T, int V) {
 extern "C" int cuda_lmhead_forward_wgmma(ops_ctx *ctx, float *logprob, float *entropy, float *lse, const void *h,
                                          const void *W, const int32_t *target, int T, int C, int V,
                                          float inv_temp) {
-    if (!cuda_lmhead_wgmma_fits(ctx, h, W, C)) return 0;
+    if (!cuda_lmhead_wgmma_fits(ctx, h, W, C) || !(inv_temp > 0.0f)) return 0; /* the epilogue scales a max */
     const int Nt = (V + LW_BN - 1) / LW_BN;
     const size_t per = (size_t)T * Nt;
     if (cuda_lmhead_wgmma_fwd_scratch(T, V) > ctx->scratch_size) return 0;

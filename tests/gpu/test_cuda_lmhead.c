@@ -61,6 +61,7 @@ static const lm_case cases[] = {
     {"token blocks in the backward", 200, 512, 3000, 512, 1.0f, 1.0f, 3, 1, 1, 1, 0},
     {"Qwen vocabulary, chunk 8192", 64, 512, 151936, 8192, 1.0f, 1.0f, 9, 1, 1, 0, 0},
     {"C % 64 != 0, odd chunk, several row tiles", 300, 200, 2500, 999, 1.0f / 0.8f, 1.0f, 4, 1, 1, 1, 0},
+    {"5 row tiles x 594 column tiles, C 1024", 640, 1024, 151936, 8192, 1.0f, 1.0f, 11, 0, 0, 0, 0},
     {"kept logits, masked, entropy, inv_temp 1/0.7", 37, 64, 1000, 256, 1.0f / 0.7f, 1.0f, 5, 1, 1, 1, 1},
     {"kept logits, no entropy", 130, 128, 5003, 1024, 1.0f, 1.0f, 0, 0, 0, 1, 1},
     {"kept logits, Qwen vocabulary", 96, 512, 151936, 8192, 1.0f, 1.0f, 9, 1, 1, 0, 1},
