@@ -53,7 +53,7 @@
  *
  * Usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide]
  *                    [--layers N] [--steps N] [--warmup N]
- *                    [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N]
+ *                    [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N] [--lmhead-kernel N]
  *                    [--keep-logits] [--recompute MODE]
  * --quick: the first shape only (0.6B, or 8B with --wide), 3 timed steps.
  * --tiny: a small shape (2 x 64 tokens, 2 layers) so the whole program runs
@@ -66,7 +66,10 @@
  * --attn-fwd N / --attn-bwd N: the attention kernels' pins (ops_tuning in
  * kernels/ops.h: 0 the chosen kernels, which are a block per query tile
  * and the one-pass backward at head dim 128; 2 the persistent forward;
- * 1 the two-pass backward). --keep-logits: the model keeps the lm head's fp32
+ * 1 the two-pass backward). --lmhead-kernel N: the lm head's pin
+ * (ops_tuning.lmhead_kernel: 0 chosen, -1 cuBLASLt); a step whose loss is
+ * not finite says how many tokens' logprobs are not, and the first.
+ * --keep-logits: the model keeps the lm head's fp32
  * logits from forward to backward (model_keep_logits: 4 B*S*vocab bytes more,
  * one lm-head GEMM fewer). --recompute MODE: that recompute mode alone
  * (none, layer or layer_keep_attention). */
@@ -169,7 +172,7 @@ static int op_times;
 /* --attn-fwd N, --attn-bwd N: ops_tuning.attn_fwd / attn_bwd (ops.h) for
  * every step (model_scratch_bytes holds the one-pass backward's
  * accumulator for these batches of long sequences). */
-static int attn_fwd_pin, attn_bwd_pin, keep_logits;
+static int attn_fwd_pin, attn_bwd_pin, lmhead_pin, keep_logits;
 
 static void run_config(const shape *sh, dk_device dev, int recompute, int warmup, int steps, result *r) {
     const model_config *c = &sh->cfg;
@@ -182,6 +185,7 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
     must(ops_ctx_init(&ctx, dev, 0, model_scratch_bytes(c, T)), "ops_ctx_init");
     ctx.tuning.attn_fwd = attn_fwd_pin;
     ctx.tuning.attn_bwd = attn_bwd_pin;
+    ctx.tuning.lmhead_kernel = lmhead_pin;
     model m;
     must(model_create(&m, c, &ctx, T, (model_recompute)recompute), "model_create");
     if (keep_logits) model_keep_logits(&m);
@@ -236,8 +240,11 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
             if (targets[t] >= 0) nll -= logprob[t];
         loss = nll / n_targets;
         if (!isfinite(loss)) {
-            fprintf(stderr, "bench_train: %s recompute %s: step %d loss is %g\n", sh->name,
-                    recompute_name(recompute), i + 1, loss);
+            int bad = 0, first = -1;
+            for (int t = 0; t < T; t++)
+                if (targets[t] >= 0 && !isfinite(logprob[t]) && bad++ == 0) first = t;
+            fprintf(stderr, "bench_train: %s recompute %s: step %d loss is %g (%d tokens' logprob not finite, the first %d)\n",
+                    sh->name, recompute_name(recompute), i + 1, loss, bad, first);
             exit(1);
         }
     }
@@ -308,7 +315,7 @@ static void parse_hf(FILE *f, result *rs, int n, const char *src, int echo) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide] [--layers N] [--steps N] "
-                    "[--warmup N] [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N] [--keep-logits]\n"
+                    "[--warmup N] [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N] [--lmhead-kernel N] [--keep-logits]\n"
                     "  --wide: Qwen3-8B and 14B width (untied) at --layers N layers (default 4) instead of the "
                     "0.6B / 1.7B shapes\n");
     exit(2);
@@ -356,12 +363,23 @@ int main(int argc, char **argv) {
             }
             *(!strcmp(argv[i], "--attn-fwd") ? &attn_fwd_pin : &attn_bwd_pin) = (int)v;
             i++;
+        } else if (!strcmp(argv[i], "--lmhead-kernel") && i + 1 < argc) {
+            char *end;
+            const long v = strtol(argv[i + 1], &end, 10);
+            if (*end || end == argv[i + 1] || v < -1 || v > 0) {
+                fprintf(stderr, "bench_train: --lmhead-kernel %s: expected -1 or 0 (ops_tuning, kernels/ops.h)\n",
+                        argv[i + 1]);
+                return 2;
+            }
+            lmhead_pin = (int)v;
+            i++;
         } else usage();
     }
     if (steps < 0) steps = quick ? 3 : 5;
     if (steps < 1 || warmup < 0 || (hf_file && no_hf)) usage();
     if (attn_fwd_pin || attn_bwd_pin)
         printf("ops_tuning.attn_fwd = %d, attn_bwd = %d throughout\n", attn_fwd_pin, attn_bwd_pin);
+    if (lmhead_pin) printf("ops_tuning.lmhead_kernel = %d throughout\n", lmhead_pin);
     if (layers != -1 && !wide) {
         fprintf(stderr, "bench_train: --layers sets the depth of the --wide shapes only\n");
         return 2;
