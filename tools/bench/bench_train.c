@@ -169,9 +169,10 @@ static double step_flops(const model *m, int B, int S) {
 /* --op-times: one more step, after the timed ones, under the per-op timer
  * (kernels/op_timer.h), whose table is printed with the configuration. */
 static int op_times;
-/* --attn-fwd N, --attn-bwd N: ops_tuning.attn_fwd / attn_bwd (ops.h) for
- * every step (model_scratch_bytes holds the one-pass backward's
- * accumulator for these batches of long sequences). */
+/* --attn-fwd N, --attn-bwd N, --lmhead-kernel N: ops_tuning.attn_fwd /
+ * attn_bwd / lmhead_kernel (ops.h) for every step (model_scratch_bytes
+ * holds the one-pass backward's accumulator for these batches of long
+ * sequences). */
 static int attn_fwd_pin, attn_bwd_pin, lmhead_pin, keep_logits;
 
 static void run_config(const shape *sh, dk_device dev, int recompute, int warmup, int steps, result *r) {
@@ -243,7 +244,8 @@ static void run_config(const shape *sh, dk_device dev, int recompute, int warmup
             int bad = 0, first = -1;
             for (int t = 0; t < T; t++)
                 if (targets[t] >= 0 && !isfinite(logprob[t]) && bad++ == 0) first = t;
-            fprintf(stderr, "bench_train: %s recompute %s: step %d loss is %g (%d tokens' logprob not finite, the first %d)\n",
+            fprintf(stderr,
+                    "bench_train: %s recompute %s: step %d loss is %g (%d tokens' logprob not finite, the first %d)\n",
                     sh->name, recompute_name(recompute), i + 1, loss, bad, first);
             exit(1);
         }
@@ -313,9 +315,23 @@ static void parse_hf(FILE *f, result *rs, int n, const char *src, int echo) {
     }
 }
 
+/* An ops_tuning pin (ops.h) given to `flag`: an integer in lo .. hi, else
+ * the program exits naming the flag and the value. */
+static int parse_pin(const char *flag, const char *text, int lo, int hi) {
+    char *end;
+    const long v = strtol(text, &end, 10);
+    if (*end || end == text || v < lo || v > hi) {
+        fprintf(stderr, "bench_train: %s %s: expected an integer from %d to %d (ops_tuning, kernels/ops.h)\n", flag,
+                text, lo, hi);
+        exit(2);
+    }
+    return (int)v;
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: bench_train [--quick] [--device cuda|cpu] [--tiny] [--wide] [--layers N] [--steps N] "
-                    "[--warmup N] [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N] [--lmhead-kernel N] [--keep-logits]\n"
+                    "[--warmup N] [--hf FILE | --no-hf] [--op-times] [--attn-fwd N] [--attn-bwd N] "
+                    "[--lmhead-kernel N] [--keep-logits]\n"
                     "  --wide: Qwen3-8B and 14B width (untied) at --layers N layers (default 4) instead of the "
                     "0.6B / 1.7B shapes\n");
     exit(2);
@@ -353,27 +369,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hf") && i + 1 < argc) hf_file = argv[++i];
-        else if ((!strcmp(argv[i], "--attn-fwd") || !strcmp(argv[i], "--attn-bwd")) && i + 1 < argc) {
-            char *end;
-            const long v = strtol(argv[i + 1], &end, 10);
-            if (*end || end == argv[i + 1] || v < 0 || v > 2) {
-                fprintf(stderr, "bench_train: %s %s: expected 0, 1 or 2 (ops_tuning, kernels/ops.h)\n", argv[i],
-                        argv[i + 1]);
-                return 2;
-            }
-            *(!strcmp(argv[i], "--attn-fwd") ? &attn_fwd_pin : &attn_bwd_pin) = (int)v;
-            i++;
-        } else if (!strcmp(argv[i], "--lmhead-kernel") && i + 1 < argc) {
-            char *end;
-            const long v = strtol(argv[i + 1], &end, 10);
-            if (*end || end == argv[i + 1] || v < -1 || v > 0) {
-                fprintf(stderr, "bench_train: --lmhead-kernel %s: expected -1 or 0 (ops_tuning, kernels/ops.h)\n",
-                        argv[i + 1]);
-                return 2;
-            }
-            lmhead_pin = (int)v;
-            i++;
-        } else usage();
+        else if (!strcmp(argv[i], "--attn-fwd") && i + 1 < argc) attn_fwd_pin = parse_pin("--attn-fwd", argv[++i], 0, 2);
+        else if (!strcmp(argv[i], "--attn-bwd") && i + 1 < argc) attn_bwd_pin = parse_pin("--attn-bwd", argv[++i], 0, 2);
+        else if (!strcmp(argv[i], "--lmhead-kernel") && i + 1 < argc)
+            lmhead_pin = parse_pin("--lmhead-kernel", argv[++i], -1, 0);
+        else usage();
     }
     if (steps < 0) steps = quick ? 3 : 5;
     if (steps < 1 || warmup < 0 || (hf_file && no_hf)) usage();
