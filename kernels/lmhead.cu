@@ -36,7 +36,7 @@
  * and dW += dz^T h. Three GEMMs instead of four and no scratch, for 4 T V
  * bytes of memory the caller chose to spend.
  *
- * On sm_90 (ops_tuning.lmhead_kernel 0) both passes without keep take
+ * On sm_90 (ops_tuning.lmhead_kernel 0 or 1) both passes without keep take
  * lmhead_wgmma.cu's kernel instead, which reduces the logits in registers:
  * the forward is one launch over all V columns plus a merge, with its
  * partial statistics in scratch; the backward writes bf16 dz straight from

@@ -32,6 +32,7 @@
  * zeros past C) and 16-byte aligned h and W; the host says 0 elsewhere and
  * lmhead.cu runs its cuBLASLt path. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -65,12 +66,12 @@ struct lw_args {
     const float *dlogprob, *dentropy, *lse, *entropy;
 };
 
-/* Tile idx of a grid of Mt x Nt: groups of LW_GROUP row tiles, columns
+/* Tile idx of a grid of Mt x Nt: groups of `group` row tiles, columns
  * outer within a group, so consecutive blocks share W's tile. */
-__device__ __forceinline__ void lw_tile(int idx, int Mt, int Nt, int &m, int &n) {
-    const int per = LW_GROUP * Nt, g = idx / per, r = idx - g * per;
-    const int gm = min(LW_GROUP, Mt - g * LW_GROUP);
-    m = g * LW_GROUP + r % gm;
+__device__ __forceinline__ void lw_tile(int idx, int Mt, int Nt, int group, int &m, int &n) {
+    const int per = group * Nt, g = idx / per, r = idx - g * per;
+    const int gm = min(group, Mt - g * group);
+    m = g * group + r % gm;
     n = r / gm;
 }
 
@@ -152,7 +153,12 @@ __device__ __forceinline__ void lw_dz_row(const lw_args &p, const float (&acc)[3
 }
 #endif
 
-template <int EPI>
+/* MC = 2: the blocks of a cluster of two take row tiles 2 mp and 2 mp + 1
+ * against the same columns, so each TMA-loads its own h tile and half of the
+ * W tile, multicast to both: per stage 32 KB from L2 a block instead of 48.
+ * A stage may then be overwritten by either block's producer, so it goes
+ * back to both: its empty barrier counts the consumer warps of the two. */
+template <int EPI, int MC>
 __global__ void __launch_bounds__(LW_THREADS, 1)
     lmh_wg(lw_args p, const __grid_constant__ CUtensorMap map_h, const __grid_constant__ CUtensorMap map_w) {
 #ifdef WG_NO_WGMMA
@@ -160,33 +166,48 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
 #else
     const uint32_t ring = smem_base(), full = ring + LW_ST * LW_STAGE, empty = full + 8 * LW_ST;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int Mt = (p.M + LW_BM - 1) / LW_BM, Nt = (p.N + LW_BN - 1) / LW_BN, tiles = Mt * Nt;
+    const int Mt = (p.M + LW_BM - 1) / LW_BM, Nt = (p.N + LW_BN - 1) / LW_BN;
+    const int Mp = (Mt + MC - 1) / MC, tiles = Mp * Nt; /* tiles of MC row tiles */
     const int KB = (p.K + LW_BK - 1) / LW_BK;
+    const uint32_t rank = MC > 1 ? cluster_rank() : 0;
+    const int first = (int)blockIdx.y / MC, stride = (int)gridDim.y / MC;
     if (tid == 0) {
         for (int s = 0; s < LW_ST; s++) {
-            mbar_init(full + 8 * s, 1);  /* the producer's arrival, plus the bytes */
-            mbar_init(empty + 8 * s, 8); /* one arrival per consumer warp */
+            mbar_init(full + 8 * s, 1);       /* the producer's arrival, plus the bytes */
+            mbar_init(empty + 8 * s, 8 * MC); /* one arrival per consumer warp of the cluster */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if constexpr (MC > 1) cluster_sync_all(); /* no remote arrival or copy before the barriers exist */
+    else __syncthreads();
 
     if (warp < 4) {
         /* ---- producer: one thread streams the stages of every tile ---- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (tid != 0) return;
         int it = 0;
-        for (int idx = blockIdx.x; idx < tiles; idx += gridDim.x) {
-            int m, n;
-            lw_tile(idx, Mt, Nt, m, n);
+        for (int idx = first; idx < tiles; idx += stride) {
+            int mp, n;
+            lw_tile(idx, Mp, Nt, LW_GROUP / MC, mp, n);
+            const int m = mp * MC + (int)rank; /* past the last row tile: TMA reads zeros */
             for (int kb = 0; kb < KB; kb++, it++) {
                 const int s = it % LW_ST;
+                const uint32_t st = ring + s * LW_STAGE;
                 stage_wait_empty(empty + 8 * s, it / LW_ST);
                 mbar_expect(full + 8 * s, LW_STAGE);
-                tma_load_2d(ring + s * LW_STAGE, &map_h, kb * LW_BK, m * LW_BM, full + 8 * s);
-                tma_load_2d(ring + s * LW_STAGE + LW_A_BYTES, &map_w, kb * LW_BK, p.n_base + n * LW_BN, full + 8 * s);
+                tma_load_2d(st, &map_h, kb * LW_BK, m * LW_BM, full + 8 * s);
+                if constexpr (MC > 1)
+                    tma_load_2d_mc(st + LW_A_BYTES + rank * (LW_BN / MC) * 128, &map_w, kb * LW_BK,
+                                   p.n_base + n * LW_BN + (int)rank * (LW_BN / MC), full + 8 * s,
+                                   (uint16_t)((1u << MC) - 1));
+                else
+                    tma_load_2d(st + LW_A_BYTES, &map_w, kb * LW_BK, p.n_base + n * LW_BN, full + 8 * s);
             }
         }
+        /* The other block's consumers arrive on this block's empty
+         * barriers: it may leave only once their last arrivals are in. */
+        if constexpr (MC > 1)
+            for (int k = 0; k < LW_ST; k++, it++) stage_wait_empty(empty + 8 * (it % LW_ST), it / LW_ST);
         return;
     }
 
@@ -194,12 +215,22 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int cw = warp - 4, wg = cw >> 2, g = lane >> 2, t4 = lane & 3;
     const int row = wg * 64 + (cw & 3) * 16 + g; /* and row + 8 */
+    /* This warp is done with a stage: back to the producer of each block. */
+    auto release = [&](int s) {
+        if constexpr (MC > 1) {
+            __syncwarp();
+            if (lane < MC) mbar_arrive_rank(empty + 8 * s, (uint32_t)lane);
+        } else {
+            stage_release(empty + 8 * s);
+        }
+    };
     float acc[32][4];
     zero(acc);
     int it = 0;
-    for (int idx = blockIdx.x; idx < tiles; idx += gridDim.x) {
-        int m, n;
-        lw_tile(idx, Mt, Nt, m, n);
+    for (int idx = first; idx < tiles; idx += stride) {
+        int mp, n;
+        lw_tile(idx, Mp, Nt, LW_GROUP / MC, mp, n);
+        const int m = mp * MC + (int)rank;
         for (int kb = 0; kb < KB; kb++, it++) {
             const int s = it % LW_ST;
             mbar_wait(full + 8 * s, (it / LW_ST) & 1);
@@ -212,11 +243,11 @@ __global__ void __launch_bounds__(LW_THREADS, 1)
             wg_commit();
             wg_wait<1>();
             reg_fence(acc);
-            if (kb > 0) stage_release(empty + 8 * ((it - 1) % LW_ST));
+            if (kb > 0) release((it - 1) % LW_ST);
         }
         wg_wait<0>();
         reg_fence(acc);
-        stage_release(empty + 8 * ((it - 1) % LW_ST));
+        release((it - 1) % LW_ST);
         const int r0 = m * LW_BM + row;
 #pragma unroll
         for (int h2 = 0; h2 < 2; h2++) {
@@ -254,21 +285,62 @@ __global__ void __launch_bounds__(256)
 
 /* ---- host ------------------------------------------------------------------------------ */
 
-/* Whether the kernel serves these operands (ops_tuning.lmhead_kernel 0). */
+/* Whether the kernel serves these operands (ops_tuning.lmhead_kernel 0 or 1). */
 extern "C" int cuda_lmhead_wgmma_fits(const ops_ctx *ctx, const void *h, const void *W, int C) {
     const int pin = ctx->tuning.lmhead_kernel;
-    if (pin != 0 && pin != -1) DK_ABORT("ops_tuning.lmhead_kernel = %d: expected 0 (chosen) or -1 (cuBLASLt)", pin);
-    return pin == 0 && C >= 8 && C % 8 == 0 && is_aligned16(h) && is_aligned16(W) && cuda_is_sm90(ctx);
+    if (pin < -1 || pin > 1)
+        DK_ABORT("ops_tuning.lmhead_kernel = %d: expected 0 (chosen), 1 (one block, no cluster) or -1 (cuBLASLt)",
+                 pin);
+    return pin >= 0 && C >= 8 && C % 8 == 0 && is_aligned16(h) && is_aligned16(W) && cuda_is_sm90(ctx);
 }
 
+/* The most clusters of two blocks of instance EPI the GPU holds at once,
+ * asked once per device: a GPC with an odd count of multiprocessors leaves
+ * one idle, so it can be fewer than half of them. */
+#define LW_MAX_DEVICES 64
+static int lw_pairs[2][LW_MAX_DEVICES];
+static pthread_mutex_t lw_lock = PTHREAD_MUTEX_INITIALIZER;
+
+template <int EPI>
+static int lw_pairs_resident(ops_ctx *ctx) {
+    const int dev = ctx->gpu, cached = dev >= 0 && dev < LW_MAX_DEVICES;
+    pthread_mutex_lock(&lw_lock);
+    int n = cached ? lw_pairs[EPI][dev] : 0;
+    if (!n) {
+        cuda_kernel_per_sm(ctx, (const void *)lmh_wg<EPI, 2>, LW_THREADS, LW_SMEM); /* sets the shared-memory limit */
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = 1, attr.val.clusterDim.y = 2, attr.val.clusterDim.z = 1;
+        cfg.gridDim = dim3(1, 2), cfg.blockDim = dim3(LW_THREADS), cfg.dynamicSmemBytes = LW_SMEM;
+        cfg.attrs = &attr, cfg.numAttrs = 1;
+        CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, lmh_wg<EPI, 2>, &cfg));
+        if (n < 0) n = 0;
+        if (cached) lw_pairs[EPI][dev] = n ? n : -1; /* -1: asked, none fit */
+    }
+    pthread_mutex_unlock(&lw_lock);
+    return n > 0 ? n : 0;
+}
+
+/* A persistent grid of one block an SM, or of clusters of two where they
+ * fit (ops_tuning.lmhead_kernel 0); it walks the tiles in lw_tile's order. */
 template <int EPI>
 static void lw_launch(ops_ctx *ctx, const lw_args &p, const bf16 *h, const bf16 *W, int V) {
-    const int tiles = ((p.M + LW_BM - 1) / LW_BM) * ((p.N + LW_BN - 1) / LW_BN);
-    cuda_kernel_per_sm(ctx, (const void *)lmh_wg<EPI>, LW_THREADS, LW_SMEM); /* sets the shared-memory limit */
-    const int sms = cuda_sm_count(ctx), grid = tiles < sms ? tiles : sms;
-    const CUtensorMap mh = tmap_rows(h, p.K, p.M, LW_BM), mw = tmap_rows(W, p.K, V, LW_BN);
-    lmh_wg<EPI><<<grid, LW_THREADS, LW_SMEM, ctx_stream(ctx)>>>(p, mh, mw);
-    CUDA_LAUNCH_CHECK();
+    const int Mt = (p.M + LW_BM - 1) / LW_BM, Nt = (p.N + LW_BN - 1) / LW_BN;
+    const int pairs = ctx->tuning.lmhead_kernel == 0 ? lw_pairs_resident<EPI>(ctx) : 0;
+    const CUtensorMap mh = tmap_rows(h, p.K, p.M, LW_BM);
+    if (pairs > 0) {
+        const int tiles = ((Mt + 1) / 2) * Nt, grid = tiles < pairs ? tiles : pairs;
+        const CUtensorMap mw = tmap_rows(W, p.K, V, LW_BN / 2);
+        cuda_launch_pdl_cluster(ctx_stream(ctx), 0, 2, lmh_wg<EPI, 2>, dim3(1, 2 * (unsigned)grid), dim3(LW_THREADS),
+                                LW_SMEM, p, mh, mw);
+        return;
+    }
+    const int tiles = Mt * Nt, sms = cuda_sm_count(ctx), grid = tiles < sms ? tiles : sms;
+    cuda_kernel_per_sm(ctx, (const void *)lmh_wg<EPI, 1>, LW_THREADS, LW_SMEM); /* sets the shared-memory limit */
+    const CUtensorMap mw = tmap_rows(W, p.K, V, LW_BN);
+    cuda_launch_pdl_cluster(ctx_stream(ctx), 0, 1, lmh_wg<EPI, 1>, dim3(1, (unsigned)grid), dim3(LW_THREADS), LW_SMEM,
+                            p, mh, mw);
 }
 
 /* Bytes of scratch the one-kernel forward needs: the partials. */

@@ -119,8 +119,9 @@ typedef struct ops_tuning {
     /* The lm head (ops_lmhead_forward / _backward without kept logits):
      * 0 chosen (on sm_90 one wgmma kernel per pass that reduces the logits
      * in registers, lmhead_wgmma.cu, where its operands and the scratch
-     * allow), -1 cuBLASLt writes fp32 logits into scratch and separate
-     * kernels reduce them (lmhead.cu). */
+     * allow, its blocks in clusters of two that share W's tiles), 1 the
+     * same kernel one block a tile, -1 cuBLASLt writes fp32 logits into
+     * scratch and separate kernels reduce them (lmhead.cu). */
     int lmhead_kernel;
 } ops_tuning;
 

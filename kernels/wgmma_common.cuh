@@ -211,6 +211,35 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         : "memory");
 }
 
+/* Thread block clusters. A box multicast by TMA lands at offset dst of the
+ * shared memory of every block whose rank is set in cta_mask, each block
+ * counting its bytes on its own barrier at offset bar; the blocks lay out
+ * their shared memory alike. */
+__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar,
+                                               uint16_t cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+        "%3}], [%4], %5;\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(col), "r"(row), "r"(bar), "h"(cta_mask)
+        : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* An arrival on the barrier at offset bar of the cluster's block `rank`. */
+__device__ __forceinline__ void mbar_arrive_rank(uint32_t bar, uint32_t rank) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(
+                     bar),
+                 "r"(rank)
+                 : "memory");
+}
+/* Every thread of the cluster meets here (all threads of each warp). */
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 /* A whole [rows, D] tile: D / 64 boxes side by side. */
 template <int ROWS, int D>
 __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar) {

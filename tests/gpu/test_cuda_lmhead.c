@@ -21,9 +21,11 @@
  * ops.h promises (T x min(chunk, V) floats) or more: with the promised size
  * the backward has to walk the tokens in blocks. Outputs are pre-filled with
  * NaN; two runs must be bit-identical. `--quick` runs the small cases only
- * (for compute-sanitizer). Every case runs on both lm head paths (the
- * one-kernel wgmma passes of lmhead_wgmma.cu on sm_90, and cuBLASLt logits
- * through scratch). Exits 77 where there is no GPU. */
+ * (for compute-sanitizer). Every case runs on each lm head path: the
+ * one-kernel wgmma passes of lmhead_wgmma.cu on sm_90 in clusters of two
+ * blocks (row tiles in pairs, so an odd count leaves a block of zeros) and
+ * one block a tile, and cuBLASLt logits through scratch. Exits 77 where
+ * there is no GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,6 +64,7 @@ static const lm_case cases[] = {
     {"Qwen vocabulary, chunk 8192", 64, 512, 151936, 8192, 1.0f, 1.0f, 9, 1, 1, 0, 0},
     {"C % 64 != 0, odd chunk, several row tiles", 300, 200, 2500, 999, 1.0f / 0.8f, 1.0f, 4, 1, 1, 1, 0},
     {"5 row tiles x 594 column tiles, C 1024", 640, 1024, 151936, 8192, 1.0f, 1.0f, 11, 0, 0, 0, 0},
+    {"36 row tiles: several tile groups, the last short", 4500, 64, 3000, 1024, 1.0f, 1.0f, 13, 1, 0, 0, 0},
     {"kept logits, masked, entropy, inv_temp 1/0.7", 37, 64, 1000, 256, 1.0f / 0.7f, 1.0f, 5, 1, 1, 1, 1},
     {"kept logits, no entropy", 130, 128, 5003, 1024, 1.0f, 1.0f, 0, 0, 0, 1, 1},
     {"kept logits, Qwen vocabulary", 96, 512, 151936, 8192, 1.0f, 1.0f, 9, 1, 1, 0, 1},
@@ -137,9 +140,11 @@ static void lm_free(ops_ctx *g, lm_out *o) {
 static void run_case(const lm_case *c, ops_ctx *gfull) {
     const size_t T = (size_t)c->T, C = (size_t)c->C, V = (size_t)c->V;
     const size_t ncol = (size_t)(c->chunk < c->V ? c->chunk : c->V);
-    const char *path = c->keep                   ? "kept logits"
-                       : gfull->tuning.lmhead_kernel ? "cuBLASLt logits"
-                                                     : "one-kernel (wgmma where the GPU has it)";
+    const int pin = gfull->tuning.lmhead_kernel;
+    const char *path = c->keep    ? "kept logits"
+                       : pin < 0  ? "cuBLASLt logits"
+                       : pin == 1 ? "one-kernel, one block a tile"
+                                  : "one-kernel (wgmma in clusters of two where the GPU has it)";
     printf("%s: T=%d C=%d V=%d chunk=%d inv_temp=%.3f [%s]\n", c->name, c->T, c->C, c->V, c->chunk, c->inv_temp,
            path);
 
@@ -238,9 +243,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     rng_seed(4321);
-    /* Each case on both lm head paths (ops_tuning.lmhead_kernel 0 and -1);
-     * kept logits take one path whatever the pin. */
-    for (int pin = 0; pin >= -1; pin--) {
+    /* Each case on every lm head path (ops_tuning.lmhead_kernel 0, 1 and
+     * -1); kept logits take one path whatever the pin. */
+    const int pins[] = {0, 1, -1};
+    for (int k = 0; k < 3; k++) {
+        const int pin = pins[k];
         g.tuning.lmhead_kernel = pin;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             if ((!quick || cases[i].quick) && !(pin && cases[i].keep)) run_case(&cases[i], &g);

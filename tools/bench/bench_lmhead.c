@@ -16,7 +16,8 @@
  * model_keep_logits) so that the backward skips their recompute: three GEMMs.
  * Two more rows pin the cuBLASLt path (ops_tuning.lmhead_kernel -1: fp32
  * logits through scratch) against the default one-kernel passes of
- * lmhead_wgmma.cu. */
+ * lmhead_wgmma.cu (clusters of two blocks sharing W's tiles), and two the
+ * one-kernel passes without clusters (lmhead_kernel 1). */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdint.h>
@@ -129,6 +130,8 @@ int main(int argc, char **argv) {
     double ms_fwd = time_ms(run_fwd, &a, 5), ms_all = time_ms(run_fwd_bwd, &a, 5);
     ctx.tuning.lmhead_kernel = -1; /* the cuBLASLt path: fp32 logits through scratch */
     double ms_fwd_bl = time_ms(run_fwd, &a, 5), ms_all_bl = time_ms(run_fwd_bwd, &a, 5);
+    ctx.tuning.lmhead_kernel = 1; /* one block a tile row, W's tiles read by each */
+    double ms_fwd_one = time_ms(run_fwd, &a, 5), ms_all_one = time_ms(run_fwd_bwd, &a, 5);
     ctx.tuning.lmhead_kernel = 0;
     const size_t keep_bytes = (size_t)T * V * sizeof(float);
     a.keep = ops_alloc(&ctx, keep_bytes);
@@ -156,10 +159,11 @@ int main(int argc, char **argv) {
     printf("fused lm head, T=%d C=%d V=%d chunk=%d (logprob + entropy, forward and backward)\n", T, C, V, chunk);
     printf("%-16s %10s %12s %12s %10s %12s %8s\n", "", "ours ms", "tokens/s", "GEMM of 800", "torch ms", "tokens/s",
            "ratio");
-    const char *names[5] = {"forward", "forward+backward", "  logits kept", "  cuBLASLt fwd", "  cuBLASLt f+b"};
-    double ours[5] = {ms_fwd, ms_all, ms_keep, ms_fwd_bl, ms_all_bl};
-    double theirs[5] = {t_fwd, t_all, t_all, t_fwd, t_all}, ng[5] = {1, 4, 3, 1, 4};
-    for (int i = 0; i < 5; i++)
+    const char *names[7] = {"forward",         "forward+backward", "  logits kept", "  cuBLASLt fwd",
+                            "  cuBLASLt f+b",  "  no-cluster fwd", "  no-cluster f+b"};
+    double ours[7] = {ms_fwd, ms_all, ms_keep, ms_fwd_bl, ms_all_bl, ms_fwd_one, ms_all_one};
+    double theirs[7] = {t_fwd, t_all, t_all, t_fwd, t_all, t_fwd, t_all}, ng[7] = {1, 4, 3, 1, 4, 1, 4};
+    for (int i = 0; i < 7; i++)
         printf("%-16s %10.2f %12.0f %12.3f %10.2f %12.0f %8.3f\n", names[i], ours[i], T / (ours[i] * 1e-3),
                ng[i] * gemm / (ours[i] * 1e-3) / 1e12 / PEAK_TFLOPS, theirs[i], T / (theirs[i] * 1e-3),
                theirs[i] / ours[i]);
@@ -170,6 +174,8 @@ int main(int argc, char **argv) {
     printf("one-kernel passes (ops_tuning.lmhead_kernel 0) against cuBLASLt logits (-1): forward %.3fx, "
            "forward+backward %.3fx\n",
            ms_fwd_bl / ms_fwd, ms_all_bl / ms_all);
+    printf("clusters of two (lmhead_kernel 0) against one block a tile (1): forward %.3fx, forward+backward %.3fx\n",
+           ms_fwd_one / ms_fwd, ms_all_one / ms_all);
     printf("logits kept: %.2f GiB more (T x V fp32), %.1f%% less forward+backward time\n", keep_bytes / 1073741824.0,
            100.0 * (1.0 - ms_keep / ms_all));
 

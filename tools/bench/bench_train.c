@@ -67,7 +67,8 @@
  * kernels/ops.h: 0 the chosen kernels, which are a block per query tile
  * and the one-pass backward at head dim 128; 2 the persistent forward;
  * 1 the two-pass backward). --lmhead-kernel N: the lm head's pin
- * (ops_tuning.lmhead_kernel: 0 chosen, -1 cuBLASLt); a step whose loss is
+ * (ops_tuning.lmhead_kernel: 0 chosen, 1 the one-kernel passes one block
+ * a tile, without clusters, -1 cuBLASLt); a step whose loss is
  * not finite says how many tokens' logprobs are not, and the first.
  * --keep-logits: the model keeps the lm head's fp32
  * logits from forward to backward (model_keep_logits: 4 B*S*vocab bytes more,
@@ -372,7 +373,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--attn-fwd") && i + 1 < argc) attn_fwd_pin = parse_pin("--attn-fwd", argv[++i], 0, 2);
         else if (!strcmp(argv[i], "--attn-bwd") && i + 1 < argc) attn_bwd_pin = parse_pin("--attn-bwd", argv[++i], 0, 2);
         else if (!strcmp(argv[i], "--lmhead-kernel") && i + 1 < argc)
-            lmhead_pin = parse_pin("--lmhead-kernel", argv[++i], -1, 0);
+            lmhead_pin = parse_pin("--lmhead-kernel", argv[++i], -1, 1);
         else usage();
     }
     if (steps < 0) steps = quick ? 3 : 5;
