@@ -57,6 +57,11 @@ int cuda_is_sm90(const ops_ctx *ctx);
  * (so a kernel is asked with the one size it launches with). Asked once per
  * device and remembered (memory.cu): a launch path may call it every time. */
 int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t smem);
+/* Clusters of `cluster_y` CTAs of `kernel` (block threads, smem bytes,
+ * which cuda_kernel_per_sm makes its limit) the GPU holds at once: fewer
+ * than sms / cluster_y where a GPC's multiprocessors do not divide evenly.
+ * Asked every call (memory.cu); callers on a launch path keep the answer. */
+int cuda_clusters_resident(const ops_ctx *ctx, const void *kernel, int block, size_t smem, int cluster_y);
 /* Drops matmul.cu's cache of cuBLASLt descriptors and algorithms; memory.cu
  * calls it when the last context is freed. */
 void cuda_matmul_cache_clear(void);

@@ -294,9 +294,8 @@ extern "C" int cuda_lmhead_wgmma_fits(const ops_ctx *ctx, const void *h, const v
     return pin >= 0 && C >= 8 && C % 8 == 0 && is_aligned16(h) && is_aligned16(W) && cuda_is_sm90(ctx);
 }
 
-/* The most clusters of two blocks of instance EPI the GPU holds at once,
- * asked once per device: a GPC with an odd count of multiprocessors leaves
- * one idle, so it can be fewer than half of them. */
+/* The most clusters of two blocks of instance EPI the GPU holds at once
+ * (cuda_clusters_resident), asked once per device. */
 #define LW_MAX_DEVICES 64
 static int lw_pairs[2][LW_MAX_DEVICES];
 static pthread_mutex_t lw_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -307,15 +306,7 @@ static int lw_pairs_resident(ops_ctx *ctx) {
     pthread_mutex_lock(&lw_lock);
     int n = cached ? lw_pairs[EPI][dev] : 0;
     if (!n) {
-        cuda_kernel_per_sm(ctx, (const void *)lmh_wg<EPI, 2>, LW_THREADS, LW_SMEM); /* sets the shared-memory limit */
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = 1, attr.val.clusterDim.y = 2, attr.val.clusterDim.z = 1;
-        cfg.gridDim = dim3(1, 2), cfg.blockDim = dim3(LW_THREADS), cfg.dynamicSmemBytes = LW_SMEM;
-        cfg.attrs = &attr, cfg.numAttrs = 1;
-        CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, lmh_wg<EPI, 2>, &cfg));
-        if (n < 0) n = 0;
+        n = cuda_clusters_resident(ctx, (const void *)lmh_wg<EPI, 2>, LW_THREADS, LW_SMEM, 2);
         if (cached) lw_pairs[EPI][dev] = n ? n : -1; /* -1: asked, none fit */
     }
     pthread_mutex_unlock(&lw_lock);

@@ -257,17 +257,8 @@ extern "C" void cuda_skinny_wgmma_clusters(ops_ctx *ctx, int *clusters) {
         for (int s = 2; s <= SW_MAX_SPLIT; s *= 2) {
             most[s] = cuda_sm_count(ctx) / s;
             for (int w = 0; w < SKINNY_PLAN_WIDTHS; w++) {
-                const int threads = sw_threads(sw_widths[w].nwg);
-                const size_t smem = sw_smem_bytes(skinny_plan_widths[w]);
-                cuda_kernel_per_sm(ctx, (const void *)sw_widths[w].k, threads, smem); /* the smem limit */
-                cudaLaunchConfig_t cfg = {};
-                cudaLaunchAttribute attr;
-                attr.id = cudaLaunchAttributeClusterDimension;
-                attr.val.clusterDim.x = 1, attr.val.clusterDim.y = (unsigned)s, attr.val.clusterDim.z = 1;
-                cfg.gridDim = dim3(1, (unsigned)s), cfg.blockDim = dim3((unsigned)threads);
-                cfg.dynamicSmemBytes = smem, cfg.attrs = &attr, cfg.numAttrs = 1;
-                int n = 0;
-                CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, sw_widths[w].k, &cfg));
+                const int n = cuda_clusters_resident(ctx, (const void *)sw_widths[w].k, sw_threads(sw_widths[w].nwg),
+                                                     sw_smem_bytes(skinny_plan_widths[w]), s);
                 if (n < most[s]) most[s] = n;
             }
         }

@@ -84,6 +84,19 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
     return n;
 }
 
+int cuda_clusters_resident(const ops_ctx *ctx, const void *kernel, int block, size_t smem, int cluster_y) {
+    cuda_kernel_per_sm(ctx, kernel, block, smem); /* sets the shared-memory limit */
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1, attr.val.clusterDim.y = (unsigned)cluster_y, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(1, (unsigned)cluster_y), cfg.blockDim = dim3((unsigned)block);
+    cfg.dynamicSmemBytes = smem, cfg.attrs = &attr, cfg.numAttrs = 1;
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+    return n > 0 ? n : 0;
+}
+
 /* Frees whatever a partly built context holds (init failure or ctx_free). */
 static void ctx_release(ops_ctx *ctx) {
     if (ctx->blaslt) cublasLtDestroy((cublasLtHandle_t)ctx->blaslt);
