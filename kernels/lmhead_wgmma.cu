@@ -124,29 +124,41 @@ __device__ __forceinline__ void lw_stats_row(const lw_args &p, const float (&acc
     }
 }
 
-/* Backward epilogue: one row's dz over the tile's valid columns. */
+/* Backward epilogue: one row's dz over the tile's valid columns,
+ *   dz = inv_temp (glp [col == target] - p (glp + gent (logp + H))),
+ * with logp = z inv_temp - lse taken in base 2 as d2 = logp log2(e), so that
+ * p = 2^d2 and the bracket is one FMA in d2: k1 d2 + k0 with the row's
+ * constants k1 = -inv_temp gent ln 2, k0 = -inv_temp (glp + gent H). */
 __device__ __forceinline__ void lw_dz_row(const lw_args &p, const float (&acc)[32][4], int h2, int r, int n, int t4) {
     if (r >= p.M) return;
     const int t = p.t0 + r, tg = p.target[t], n0 = n * LW_BN;
-    const bool masked = tg < 0;
-    const float glp = masked ? 0.0f : p.dlogprob[t];
-    const float gent = (masked || !p.dentropy) ? 0.0f : p.dentropy[t];
-    const float H = p.dentropy ? p.entropy[t] : 0.0f, l = p.lse[t];
+    const bool whole = n0 + LW_BN <= p.N;
     bf16 *out = p.dz + (size_t)r * p.ldz;
+    if (tg < 0) { /* masked: dz is exactly 0, whatever the logits */
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            const int col = n0 + j * 8 + 2 * t4;
+            if (!whole && col >= p.N) break;
+            *(__nv_bfloat162 *)(out + col) = __floats2bfloat162_rn(0.0f, 0.0f);
+        }
+        return;
+    }
+    const float glp = p.dlogprob[t], gent = p.dentropy ? p.dentropy[t] : 0.0f;
+    const float H = p.dentropy ? p.entropy[t] : 0.0f;
+    const float c2 = p.inv_temp * LOG2E_F, l2 = p.lse[t] * LOG2E_F;
+    const float k1 = -p.inv_temp * gent * LN2_F, k0 = -p.inv_temp * (glp + gent * H), hit = p.inv_temp * glp;
+    const int tc = tg - p.n_base - n0 - 2 * t4; /* the target's column, from this thread's first */
 #pragma unroll
     for (int j = 0; j < 32; j++) {
         const int col = n0 + j * 8 + 2 * t4;
-        if (col >= p.N) break;
+        if (!whole && col >= p.N) break;
         float g[2];
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            g[e] = 0.0f;
-            if (!masked && col + e < p.N) {
-                const float logp = acc[j][2 * h2 + e] * p.inv_temp - l, pr = __expf(logp);
-                g[e] = -glp * pr - gent * pr * (logp + H);
-                if (p.n_base + col + e == tg) g[e] += glp;
-                g[e] *= p.inv_temp;
-            }
+            const float d2 = fmaf(acc[j][2 * h2 + e], c2, -l2);
+            g[e] = fast_exp2(d2) * fmaf(k1, d2, k0);
+            if (tc == j * 8 + e) g[e] += hit;
+            if (!whole && col + e >= p.N) g[e] = 0.0f;
         }
         *(__nv_bfloat162 *)(out + col) = __floats2bfloat162_rn(g[0], g[1]);
     }
