@@ -17,13 +17,14 @@
  *           index winning ties.
  * A row without top-k and top-p (or a greedy one) needs no whole-row
  * selection: when the vocabulary is longer than SAMPLE_CHUNK, its pass 1 and
- * draw run as one pass split over slices of SAMPLE_CHUNK logits, a block
- * each (sample_slices: 149 blocks for a 151,936-token vocabulary instead of
- * one, which took 130 us per step on an H200), and sample_rows merges the
- * slices' (max, sum) in an order fixed by V. The slices are fixed by V alone, so a
- * row's logprob does not depend on the rows sampled beside it; the drawn
- * token is the same as the one-block path's (the race and the argmax keep
- * the same winner under any split), and the logits are not rewritten. */
+ * draw run as one pass split over slices of SAMPLE_CHUNK logits, a warp
+ * each (sample_slices: 149 warps for a 151,936-token vocabulary instead of
+ * one block, which took 130 us per step on an H200), and sample_rows merges
+ * the slices' (max, sum) in an order fixed by V. The slices are fixed by V
+ * alone, so a row's logprob does not depend on the rows sampled beside it;
+ * the drawn token is the same as the one-block path's (the race and the
+ * argmax keep the same winner under any split, and a slice races exactly
+ * the tokens that could win it), and the logits are not rewritten. */
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
@@ -121,12 +122,21 @@ __device__ uint32_t block_radix_select(const float *y, int V, float m, int by_ma
     return prefix;
 }
 
-/* 149 slices of a 151,936-token row, so the row's exp, log and hash work
- * spreads over the whole machine: slices of 4096 used 38 SMs at 8 warps
- * each and took 16 us a step on an H200, bound by the latency of that
- * per-token chain, not by the 0.6 MB read. */
+/* A plain row is cut into slices of SAMPLE_CHUNK logits, one warp each (32
+ * a lane, requested all at once), 149 for a 151,936-token vocabulary. A
+ * slice is reduced inside its warp only (lane order, then a fixed xor
+ * tree), so a warp's result depends on its slice alone, never on the block
+ * it ran in or on the rows beside it. One block of 256 threads a slice of
+ * 1024 took 85.6 us for 64 rows on an H100 (0.9 TB/s of logits): three
+ * block reductions a slice and, per logit, the generator and two accurate
+ * logarithms of the race. */
 #define SAMPLE_CHUNK 1024
-#define SAMPLE_SLICE_THREADS 256
+#define SAMPLE_PER (SAMPLE_CHUNK / 32) /* logits a lane */
+#define SAMPLE_SLICE_THREADS 128       /* four slices a block */
+/* The smallest Exp(1) draw the generator gives is -log(1 - 2^-24) =
+ * 5.96e-8, so a race value is at most y + 16.64: a token below the best
+ * race value by more than this headroom cannot win. */
+#define SAMPLE_RACE_HEADROOM 16.75f
 
 /* One slice's share of a plain row. */
 struct sample_part {
@@ -165,56 +175,112 @@ __device__ void block_max_sum(float &m, float &s, float *sm, float *ss) {
     __syncthreads();
 }
 
-/* Block (b, row): slice b of a plain row: the running (max, sum), the first
- * argmax of the tempered logits and the race winner, as the one-block
- * path's pass 1 and draw compute them. */
+/* Token i's race value y_i - log(E_i), as sample_common.h defines it and
+ * sample_cpu.c computes it. */
+__device__ __forceinline__ float race_value(uint64_t key, int i, float v) {
+    const float e = -logf(sample_uniform(key, (uint32_t)i));
+    return v - logf(e);
+}
+
+/* Whether token i (tempered logit v, uniform u) could have a race value of
+ * R or more, as race_value computes it: never false where it does, so a
+ * token it rejects cannot win against R. r >= R needs log E <= v - R (+ the
+ * rounding of the subtraction and the logarithm: delta), so E <= exp(v - R
+ * + delta) (+ the error of logf: C), so u >= exp(-C). Both exponentials
+ * are ex2.approx, with relative margins of 1e-5 above their errors (2^-22
+ * and the rounding of their arguments). */
+__device__ __forceinline__ bool race_may_reach(float u, float v, float R) {
+    const float delta = 1e-3f + fabsf(R) * 1e-6f;
+    const float C = fast_exp2((v - R + delta) * LOG2E_F) * (1.0f + 1e-5f);
+    return u >= fast_exp2(-C * LOG2E_F) * (1.0f - 1e-5f);
+}
+
+/* Warp w of the grid takes slice w % nb of row w / nb: the running (max,
+ * sum), the first argmax of the tempered logits and the race winner, the
+ * values the one-block path's pass 1 and draw compute. The race is exact
+ * without two logarithms per logit: each lane first races its largest
+ * logit, the warp's best of those is a bar R, and a token is raced only if
+ * race_may_reach says it could reach R (the headroom rules most out before
+ * their uniform is drawn); lanes race their few survivors together at the
+ * end, which costs the warp the most any lane has, not their sum. */
 __global__ void __launch_bounds__(SAMPLE_SLICE_THREADS)
-    sample_slices(sample_part *part, const float *__restrict__ logits, const sample_params *params, int V) {
-    __shared__ float sv[32], sm[32], ss[32];
-    __shared__ int si[32];
-    const int row = blockIdx.y, b = blockIdx.x;
-    const sample_params p = params[row]; /* uploaded, no kernel's output */
+    sample_slices(sample_part *part, const float *__restrict__ logits, const sample_params *params, int n, int V,
+                  int nb) {
     /* A programmatic dependent launch at a few rows: the logits are the
-     * kernel before's output. Every block waits, the ones that leave at
+     * kernel before's output. Every warp waits, the ones that leave at
      * once too: sample_rows waits for this grid only, and this grid must
      * not end before the logits are written. */
     pdl_wait();
     pdl_launch_dependents();
+    const int w = (int)(blockIdx.x * (SAMPLE_SLICE_THREADS / 32) + (threadIdx.x >> 5)), lane = threadIdx.x & 31;
+    const int row = w / nb, b = w - row * nb;
+    if (row >= n) return;
+    const sample_params p = params[row]; /* uploaded, no kernel's output */
     if (!sample_plain(p, V)) return;
-    const bool greedy = !(p.temperature > 0.0f);
+    const bool greedy = !(p.temperature > 0.0f), scaled = !greedy && p.temperature != 1.0f;
     const float *y = logits + (size_t)row * V;
-    const int end = min(V, (b + 1) * SAMPLE_CHUNK);
-    const uint64_t key = sample_row_key(p.seed, p.counter);
-    float m = -INFINITY, s = 0.0f, bv = -INFINITY, rv = -INFINITY;
-    int bi = -1, ri = -1;
-    /* The thread's logits of the slice, all requested before the first is
-     * used: one memory latency a block instead of one per logit, which a
-     * loop of unknown trip count paid. The arithmetic below takes them in
-     * the same order as before, so the bits do not change. */
-    constexpr int PER = SAMPLE_CHUNK / SAMPLE_SLICE_THREADS;
-    const int i0 = b * SAMPLE_CHUNK + (int)threadIdx.x;
-    float ld[PER];
+    const int i0 = b * SAMPLE_CHUNK + lane, end = min(V, (b + 1) * SAMPLE_CHUNK);
+    float v[SAMPLE_PER];
 #pragma unroll
-    for (int j = 0; j < PER; j++) ld[j] = i0 + j * SAMPLE_SLICE_THREADS < end ? y[i0 + j * SAMPLE_SLICE_THREADS] : 0.0f;
+    for (int j = 0; j < SAMPLE_PER; j++) v[j] = i0 + 32 * j < end ? y[i0 + 32 * j] : -INFINITY;
+    /* Tempered as sample_cpu.c does (y / T; T = 1 leaves y as it is), the
+     * lane's max and first argmax (its indices rise with j). */
+    float m = -INFINITY;
+    int jb = -1;
 #pragma unroll
-    for (int j = 0; j < PER; j++) {
-        const int i = i0 + j * SAMPLE_SLICE_THREADS;
-        if (i >= end) break;
-        float v = ld[j];
-        if (!greedy) v = v / p.temperature;
-        if (v > m) s = s * expf(m - v) + 1.0f, m = v;
-        else if (v != -INFINITY) s += expf(v - m);
-        if (better(v, i, bv, bi)) bv = v, bi = i;
-        if (!greedy) {
-            const float e = -logf(sample_uniform(key, (uint32_t)i));
-            const float r = v - logf(e);
+    for (int j = 0; j < SAMPLE_PER; j++) {
+        if (scaled) v[j] = v[j] / p.temperature;
+        if (i0 + 32 * j < end && (jb < 0 || v[j] > m)) m = v[j], jb = j;
+    }
+    float gv = m, M = m;
+    int gi = jb >= 0 ? i0 + 32 * jb : -1;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        const float ov = __shfl_xor_sync(0xffffffffu, gv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, gi, o);
+        if (oi >= 0 && (gi < 0 || better(ov, oi, gv, gi))) gv = ov, gi = oi;
+    }
+    float s = 0.0f;
+    if (M != -INFINITY) {
+        const float ml = M * LOG2E_F;
+#pragma unroll
+        for (int j = 0; j < SAMPLE_PER; j++) s += fast_exp2(fmaf(v[j], LOG2E_F, -ml)); /* -inf: 0 */
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+
+    float rv = -INFINITY;
+    int ri = -1;
+    if (!greedy) {
+        const uint64_t key = sample_row_key(p.seed, p.counter);
+        if (jb >= 0) rv = race_value(key, i0 + 32 * jb, m), ri = i0 + 32 * jb;
+        float R = rv;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) R = fmaxf(R, __shfl_xor_sync(0xffffffffu, R, o));
+        uint32_t todo = 0;
+#pragma unroll
+        for (int j = 0; j < SAMPLE_PER; j++) {
+            const int i = i0 + 32 * j;
+            if (i >= end || j == jb) continue;
+            if (R != -INFINITY && v[j] < R - SAMPLE_RACE_HEADROOM) continue;
+            if (R == -INFINITY || race_may_reach(sample_uniform(key, (uint32_t)i), v[j], R)) todo |= 1u << j;
+        }
+        while (todo) {
+            const int j = __ffs(todo) - 1, i = i0 + 32 * j;
+            todo &= todo - 1;
+            const float x = scaled ? y[i] / p.temperature : y[i]; /* v[j], which registers cannot index */
+            const float r = race_value(key, i, x);
             if (ri < 0 || better(r, i, rv, ri)) rv = r, ri = i;
         }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, rv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, ri, o);
+            if (oi >= 0 && (ri < 0 || better(ov, oi, rv, ri))) rv = ov, ri = oi;
+        }
     }
-    block_max_sum(m, s, sm, ss);
-    const arg_best g = block_argmax(bv, bi, sv, si);
-    const arg_best r = block_argmax(rv, ri, sv, si);
-    if (threadIdx.x == 0) part[(size_t)row * gridDim.x + b] = {m, s, g.v, r.v, g.i, r.i};
+    if (lane == 0) part[(size_t)row * nb + b] = {M, s, gv, rv, gi, ri};
 }
 
 /* parts: sample_slices' output for the plain rows (nb slices each), or NULL
@@ -330,8 +396,9 @@ extern "C" void cuda_sample(ops_ctx *ctx, int32_t *tokens, float *logprob, float
     const int nb = (V + SAMPLE_CHUNK - 1) / SAMPLE_CHUNK;
     if (nb > 1) {
         parts = (sample_part *)ctx_scratch(ctx, (size_t)n * nb * sizeof(sample_part), "ops_sample");
-        cuda_launch_pdl(st, cuda_pdl_rows(ctx, n), sample_slices, dim3((unsigned)nb, (unsigned)n), dim3(SAMPLE_SLICE_THREADS),
-                        0, parts, (const float *)logits, params, V);
+        const int per_block = SAMPLE_SLICE_THREADS / 32, blocks = (n * nb + per_block - 1) / per_block;
+        cuda_launch_pdl(st, cuda_pdl_rows(ctx, n), sample_slices, dim3((unsigned)blocks), dim3(SAMPLE_SLICE_THREADS), 0,
+                        parts, (const float *)logits, params, n, V, nb);
         CUDA_LAUNCH_CHECK();
     }
     cuda_launch_pdl(st, parts != NULL && cuda_pdl_rows(ctx, n), sample_rows, dim3((unsigned)n), dim3(SAMPLE_THREADS), 0, tokens, logprob,
