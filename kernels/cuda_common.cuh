@@ -60,7 +60,7 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
 /* Clusters of `cluster_y` CTAs of `kernel` (block threads, smem bytes,
  * which cuda_kernel_per_sm makes its limit) the GPU holds at once: fewer
  * than sms / cluster_y where a GPC's multiprocessors do not divide evenly.
- * Asked every call (memory.cu); callers on a launch path keep the answer. */
+ * Asked once per device and remembered, as cuda_kernel_per_sm (memory.cu). */
 int cuda_clusters_resident(const ops_ctx *ctx, const void *kernel, int block, size_t smem, int cluster_y);
 /* Drops matmul.cu's cache of cuBLASLt descriptors and algorithms; memory.cu
  * calls it when the last context is freed. */

@@ -32,7 +32,6 @@
  * zeros past C) and 16-byte aligned h and W; the host says 0 elsewhere and
  * lmhead.cu runs its cuBLASLt path. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -306,44 +305,24 @@ extern "C" int cuda_lmhead_wgmma_fits(const ops_ctx *ctx, const void *h, const v
     return pin >= 0 && C >= 8 && C % 8 == 0 && is_aligned16(h) && is_aligned16(W) && cuda_is_sm90(ctx);
 }
 
-/* The most clusters of two blocks of instance EPI the GPU holds at once
- * (cuda_clusters_resident), asked once per device. */
-#define LW_MAX_DEVICES 64
-static int lw_pairs[2][LW_MAX_DEVICES];
-static pthread_mutex_t lw_lock = PTHREAD_MUTEX_INITIALIZER;
-
-template <int EPI>
-static int lw_pairs_resident(ops_ctx *ctx) {
-    const int dev = ctx->gpu, cached = dev >= 0 && dev < LW_MAX_DEVICES;
-    pthread_mutex_lock(&lw_lock);
-    int n = cached ? lw_pairs[EPI][dev] : 0;
-    if (!n) {
-        n = cuda_clusters_resident(ctx, (const void *)lmh_wg<EPI, 2>, LW_THREADS, LW_SMEM, 2);
-        if (cached) lw_pairs[EPI][dev] = n ? n : -1; /* -1: asked, none fit */
-    }
-    pthread_mutex_unlock(&lw_lock);
-    return n > 0 ? n : 0;
-}
-
 /* A persistent grid of one block an SM, or of clusters of two where they
  * fit (ops_tuning.lmhead_kernel 0); it walks the tiles in lw_tile's order. */
 template <int EPI>
 static void lw_launch(ops_ctx *ctx, const lw_args &p, const bf16 *h, const bf16 *W, int V) {
     const int Mt = (p.M + LW_BM - 1) / LW_BM, Nt = (p.N + LW_BN - 1) / LW_BN;
-    const int pairs = ctx->tuning.lmhead_kernel == 0 ? lw_pairs_resident<EPI>(ctx) : 0;
-    const CUtensorMap mh = tmap_rows(h, p.K, p.M, LW_BM);
-    if (pairs > 0) {
-        const int tiles = ((Mt + 1) / 2) * Nt, grid = tiles < pairs ? tiles : pairs;
-        const CUtensorMap mw = tmap_rows(W, p.K, V, LW_BN / 2);
-        cuda_launch_pdl_cluster(ctx_stream(ctx), 0, 2, lmh_wg<EPI, 2>, dim3(1, 2 * (unsigned)grid), dim3(LW_THREADS),
-                                LW_SMEM, p, mh, mw);
-        return;
+    const int pairs = ctx->tuning.lmhead_kernel == 0
+                          ? cuda_clusters_resident(ctx, (const void *)lmh_wg<EPI, 2>, LW_THREADS, LW_SMEM, 2)
+                          : 0;
+    const int mc = pairs > 0 ? 2 : 1, most = pairs > 0 ? pairs : cuda_sm_count(ctx);
+    const int tiles = ((Mt + mc - 1) / mc) * Nt, grid = tiles < most ? tiles : most; /* in clusters */
+    const CUtensorMap mh = tmap_rows(h, p.K, p.M, LW_BM), mw = tmap_rows(W, p.K, V, LW_BN / mc);
+    const dim3 blocks(1, (unsigned)(mc * grid));
+    if (mc == 2) {
+        cuda_launch_pdl_cluster(ctx_stream(ctx), 0, 2, lmh_wg<EPI, 2>, blocks, dim3(LW_THREADS), LW_SMEM, p, mh, mw);
+    } else {
+        cuda_kernel_per_sm(ctx, (const void *)lmh_wg<EPI, 1>, LW_THREADS, LW_SMEM); /* sets the shared-memory limit */
+        cuda_launch_pdl_cluster(ctx_stream(ctx), 0, 1, lmh_wg<EPI, 1>, blocks, dim3(LW_THREADS), LW_SMEM, p, mh, mw);
     }
-    const int tiles = Mt * Nt, sms = cuda_sm_count(ctx), grid = tiles < sms ? tiles : sms;
-    cuda_kernel_per_sm(ctx, (const void *)lmh_wg<EPI, 1>, LW_THREADS, LW_SMEM); /* sets the shared-memory limit */
-    const CUtensorMap mw = tmap_rows(W, p.K, V, LW_BN);
-    cuda_launch_pdl_cluster(ctx_stream(ctx), 0, 1, lmh_wg<EPI, 1>, dim3(1, (unsigned)grid), dim3(LW_THREADS), LW_SMEM,
-                            p, mh, mw);
 }
 
 /* Bytes of scratch the one-kernel forward needs: the partials. */

@@ -47,38 +47,51 @@ int cuda_is_sm90(const ops_ctx *ctx) {
     return sm90[dev] > 0;
 }
 
-/* Occupancies asked so far: (device, kernel, block, shared memory) -> CTAs
- * per multiprocessor. A handful of kernel instances ask; the list is short. */
+/* Occupancies asked so far: (device, kernel, block, shared memory, cluster)
+ * -> CTAs per multiprocessor (cluster 0) or clusters of that many CTAs the
+ * GPU holds at once. A handful of kernel instances ask; the list is short. */
 #define CUDA_OCC_SLOTS 256
 static struct {
     const void *kernel;
-    int dev, block, per_sm;
+    int dev, block, cluster, answer;
     size_t smem;
 } occ[CUDA_OCC_SLOTS];
 static int n_occ;
 static pthread_mutex_t occ_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The remembered answer for this key, or -1; occ_lock held. */
+static int occ_find(const ops_ctx *ctx, const void *kernel, int block, size_t smem, int cluster) {
+    for (int i = 0; i < n_occ; i++)
+        if (occ[i].kernel == kernel && occ[i].dev == ctx->gpu && occ[i].block == block && occ[i].smem == smem &&
+            occ[i].cluster == cluster)
+            return occ[i].answer;
+    return -1;
+}
+
+/* Remembers an answer (a full list forgets nothing, it only asks again);
+ * occ_lock held. */
+static void occ_keep(const ops_ctx *ctx, const void *kernel, int block, size_t smem, int cluster, int answer) {
+    if (n_occ == CUDA_OCC_SLOTS) return;
+    occ[n_occ].kernel = kernel, occ[n_occ].dev = ctx->gpu, occ[n_occ].block = block;
+    occ[n_occ].smem = smem, occ[n_occ].cluster = cluster, occ[n_occ].answer = answer;
+    n_occ++;
+}
+
 int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t smem) {
     pthread_mutex_lock(&occ_lock);
-    for (int i = 0; i < n_occ; i++)
-        if (occ[i].kernel == kernel && occ[i].dev == ctx->gpu && occ[i].block == block && occ[i].smem == smem) {
-            const int n = occ[i].per_sm;
-            pthread_mutex_unlock(&occ_lock);
-            return n;
-        }
-    /* The kernel's limit only grows: a launch with a size asked before
-     * must still fit after a smaller one is asked. */
-    size_t limit = smem;
-    for (int i = 0; i < n_occ; i++)
-        if (occ[i].kernel == kernel && occ[i].dev == ctx->gpu && occ[i].smem > limit) limit = occ[i].smem;
-    if (limit > 0) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit));
-    int n = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem));
-    if (n < 1) n = 1;
-    if (n_occ < CUDA_OCC_SLOTS) {
-        occ[n_occ].kernel = kernel, occ[n_occ].dev = ctx->gpu, occ[n_occ].block = block;
-        occ[n_occ].smem = smem, occ[n_occ].per_sm = n;
-        n_occ++;
+    int n = occ_find(ctx, kernel, block, smem, 0);
+    if (n < 0) {
+        /* The kernel's limit only grows: a launch with a size asked before
+         * must still fit after a smaller one is asked. */
+        size_t limit = smem;
+        for (int i = 0; i < n_occ; i++)
+            if (occ[i].kernel == kernel && occ[i].dev == ctx->gpu && occ[i].smem > limit) limit = occ[i].smem;
+        if (limit > 0)
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)limit));
+        n = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem));
+        if (n < 1) n = 1;
+        occ_keep(ctx, kernel, block, smem, 0, n);
     }
     pthread_mutex_unlock(&occ_lock);
     return n;
@@ -86,15 +99,22 @@ int cuda_kernel_per_sm(const ops_ctx *ctx, const void *kernel, int block, size_t
 
 int cuda_clusters_resident(const ops_ctx *ctx, const void *kernel, int block, size_t smem, int cluster_y) {
     cuda_kernel_per_sm(ctx, kernel, block, smem); /* sets the shared-memory limit */
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1, attr.val.clusterDim.y = (unsigned)cluster_y, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(1, (unsigned)cluster_y), cfg.blockDim = dim3((unsigned)block);
-    cfg.dynamicSmemBytes = smem, cfg.attrs = &attr, cfg.numAttrs = 1;
-    int n = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-    return n > 0 ? n : 0;
+    pthread_mutex_lock(&occ_lock);
+    int n = occ_find(ctx, kernel, block, smem, cluster_y);
+    if (n < 0) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = 1, attr.val.clusterDim.y = (unsigned)cluster_y, attr.val.clusterDim.z = 1;
+        cfg.gridDim = dim3(1, (unsigned)cluster_y), cfg.blockDim = dim3((unsigned)block);
+        cfg.dynamicSmemBytes = smem, cfg.attrs = &attr, cfg.numAttrs = 1;
+        n = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+        if (n < 0) n = 0;
+        occ_keep(ctx, kernel, block, smem, cluster_y, n);
+    }
+    pthread_mutex_unlock(&occ_lock);
+    return n;
 }
 
 /* Frees whatever a partly built context holds (init failure or ctx_free). */

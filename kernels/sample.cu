@@ -375,8 +375,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_rows(int32_t *tokens, f
         int ri = -1;
         for (int i = threadIdx.x; i < V; i += blockDim.x) {
             if (sample_float_key(y[i]) < floor_key) continue;
-            const float e = -logf(sample_uniform(key, (uint32_t)i));
-            const float r = y[i] - logf(e);
+            const float r = race_value(key, i, y[i]);
             if (ri < 0 || better(r, i, rv, ri)) rv = r, ri = i;
         }
         best = block_argmax(rv, ri, sv, si);
