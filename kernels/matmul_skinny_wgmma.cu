@@ -44,8 +44,16 @@
  * Under a programmatic dependent launch the producer requests the first
  * stages' weights before waiting for the kernel before (weights are
  * written by no kernel of the step); A, that kernel's output, follows the
- * wait. Taken for K % 64 == 0, 16-byte aligned A and W, on sm_90 only:
- * elsewhere the body traps, and the host never launches it there. */
+ * wait. Asking L2 for a share of the next product's weights once a
+ * block's own loads were issued (cp.async.bulk.prefetch.L2 in 256-byte
+ * segments, spread over the next matrix; the warp decode kernel likewise
+ * for the o projection) was measured on an H100 and lost at every size:
+ * a Qwen3-1.7B decode chain at batch 64 took 4.05 ms with 8 MiB of each
+ * next matrix asked for, 4.79 with 24, against 3.53 without, and the
+ * engine's batch-64 decode fell from 69.7% to 51.5% of its memory
+ * roofline (bench_generate). Taken for K % 64 == 0, 16-byte aligned A
+ * and W, on sm_90 only: elsewhere the body traps, and the host never
+ * launches it there. */
 #include <cooperative_groups.h>
 #include <pthread.h>
 #include <string.h>
