@@ -316,13 +316,10 @@ static void lw_launch(ops_ctx *ctx, const lw_args &p, const bf16 *h, const bf16 
     const int mc = pairs > 0 ? 2 : 1, most = pairs > 0 ? pairs : cuda_sm_count(ctx);
     const int tiles = ((Mt + mc - 1) / mc) * Nt, grid = tiles < most ? tiles : most; /* in clusters */
     const CUtensorMap mh = tmap_rows(h, p.K, p.M, LW_BM), mw = tmap_rows(W, p.K, V, LW_BN / mc);
-    const dim3 blocks(1, (unsigned)(mc * grid));
-    if (mc == 2) {
-        cuda_launch_pdl_cluster(ctx_stream(ctx), 0, 2, lmh_wg<EPI, 2>, blocks, dim3(LW_THREADS), LW_SMEM, p, mh, mw);
-    } else {
-        cuda_kernel_per_sm(ctx, (const void *)lmh_wg<EPI, 1>, LW_THREADS, LW_SMEM); /* sets the shared-memory limit */
-        cuda_launch_pdl_cluster(ctx_stream(ctx), 0, 1, lmh_wg<EPI, 1>, blocks, dim3(LW_THREADS), LW_SMEM, p, mh, mw);
-    }
+    const auto k = mc == 2 ? lmh_wg<EPI, 2> : lmh_wg<EPI, 1>;
+    cuda_kernel_per_sm(ctx, (const void *)k, LW_THREADS, LW_SMEM); /* sets the shared-memory limit (remembered) */
+    cuda_launch_pdl_cluster(ctx_stream(ctx), 0, mc, k, dim3(1, (unsigned)(mc * grid)), dim3(LW_THREADS), LW_SMEM, p, mh,
+                            mw);
 }
 
 /* Bytes of scratch the one-kernel forward needs: the partials. */

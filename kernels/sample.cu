@@ -175,6 +175,17 @@ __device__ void block_max_sum(float &m, float &s, float *sm, float *ss) {
     __syncthreads();
 }
 
+/* The warp's best (v, i) in a fixed xor tree, every lane getting it; an
+ * unset entry (i < 0) loses to any set one. */
+__device__ __forceinline__ void warp_best(float &v, int &i) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (oi >= 0 && (i < 0 || better(ov, oi, v, i))) v = ov, i = oi;
+    }
+}
+
 /* Token i's race value y_i - log(E_i), as sample_common.h defines it and
  * sample_cpu.c computes it. */
 __device__ __forceinline__ float race_value(uint64_t key, int i, float v) {
@@ -235,12 +246,8 @@ __global__ void __launch_bounds__(SAMPLE_SLICE_THREADS)
     float gv = m, M = m;
     int gi = jb >= 0 ? i0 + 32 * jb : -1;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-        const float ov = __shfl_xor_sync(0xffffffffu, gv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, gi, o);
-        if (oi >= 0 && (gi < 0 || better(ov, oi, gv, gi))) gv = ov, gi = oi;
-    }
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    warp_best(gv, gi);
     float s = 0.0f;
     if (M != -INFINITY) {
         const float ml = M * LOG2E_F;
@@ -273,12 +280,7 @@ __global__ void __launch_bounds__(SAMPLE_SLICE_THREADS)
             const float r = race_value(key, i, x);
             if (ri < 0 || better(r, i, rv, ri)) rv = r, ri = i;
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, rv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, ri, o);
-            if (oi >= 0 && (ri < 0 || better(ov, oi, rv, ri))) rv = ov, ri = oi;
-        }
+        warp_best(rv, ri);
     }
     if (lane == 0) part[(size_t)row * nb + b] = {M, s, gv, rv, gi, ri};
 }

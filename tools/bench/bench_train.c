@@ -69,12 +69,12 @@
  * and the one-pass backward at head dim 128; 2 the persistent forward;
  * 1 the two-pass backward). --lmhead-kernel N: the lm head's pin
  * (ops_tuning.lmhead_kernel: 0 chosen, 1 the one-kernel passes one block
- * a tile, without clusters, -1 cuBLASLt); a step whose loss is
- * not finite says how many tokens' logprobs are not, and the first.
- * --keep-logits: the model keeps the lm head's fp32
- * logits from forward to backward (model_keep_logits: 4 B*S*vocab bytes more,
- * one lm-head GEMM fewer). --recompute MODE: that recompute mode alone
- * (none, layer or layer_keep_attention). */
+ * a tile, without clusters, -1 cuBLASLt). --keep-logits: the model keeps
+ * the lm head's fp32 logits from forward to backward (model_keep_logits:
+ * 4 B*S*vocab bytes more, one lm-head GEMM fewer). --recompute MODE: that
+ * recompute mode alone (none, layer or layer_keep_attention).
+ * A step whose loss is not finite stops the program, saying how many
+ * tokens' logprobs are not finite and which is the first. */
 #define _POSIX_C_SOURCE 200809L /* popen */
 #include <math.h>
 #include <stdint.h>
