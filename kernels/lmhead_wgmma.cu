@@ -317,7 +317,8 @@ static void lw_launch(ops_ctx *ctx, const lw_args &p, const bf16 *h, const bf16 
     const int tiles = ((Mt + mc - 1) / mc) * Nt, grid = tiles < most ? tiles : most; /* in clusters */
     const CUtensorMap mh = tmap_rows(h, p.K, p.M, LW_BM), mw = tmap_rows(W, p.K, V, LW_BN / mc);
     const auto k = mc == 2 ? lmh_wg<EPI, 2> : lmh_wg<EPI, 1>;
-    cuda_kernel_per_sm(ctx, (const void *)k, LW_THREADS, LW_SMEM); /* sets the shared-memory limit (remembered) */
+    /* The shared-memory limit: cuda_clusters_resident set it for the pair. */
+    if (mc == 1) cuda_kernel_per_sm(ctx, (const void *)k, LW_THREADS, LW_SMEM);
     cuda_launch_pdl_cluster(ctx_stream(ctx), 0, mc, k, dim3(1, (unsigned)(mc * grid)), dim3(LW_THREADS), LW_SMEM, p, mh,
                             mw);
 }
